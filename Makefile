@@ -1,0 +1,47 @@
+# kefu — the two commands: `make run` (serve the app on embedded defaults) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export HOST PORT
+
+.PHONY: install run test worker beat migrate demo-data check clean
+
+# Creates .venv and installs the project with its pinned dependencies (constraints.txt).
+# A second call with nothing to do returns at once (the stamp is newer than both files).
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+demo-data: migrate
+	$(PY) manage.py import_faq --if-empty routing/demo/faq_demo.jsonl
+
+# Serves http://$(HOST):$(PORT)/ with Daphne. DATABASE_URL, REDIS_URL, OPENAI_* etc. from the environment.
+run: demo-data
+	exec $(VENV)/bin/daphne -b $(HOST) -p $(PORT) --proxy-headers config.asgi:application
+
+# Celery processes (need REDIS_URL; without it tasks run eagerly inside the web process).
+worker: install
+	@test -n "$$REDIS_URL" || { echo "make worker needs REDIS_URL (without it, tasks run eagerly in the web process)"; exit 2; }
+	exec $(VENV)/bin/celery -A config worker --loglevel=INFO
+
+beat: install
+	@test -n "$$REDIS_URL" || { echo "make beat needs REDIS_URL"; exit 2; }
+	exec $(VENV)/bin/celery -A config beat --loglevel=INFO
+
+# The whole suite. Redis, PostgreSQL and Chromium are used where they are (REDIS_URL,
+# TEST_DATABASE_URL, /usr/bin/chromium); tests that need a missing one are skipped with the reason.
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache

@@ -1,0 +1,175 @@
+"""The answering loop: answers a conversation's shopper messages one at a time, in seq order.
+
+``kick(conversation_id)`` is called after a shopper message is stored. One asyncio task per
+conversation (per process) drains the unanswered messages; each is claimed with a
+compare-and-set (``services.answer_claim``) so that two workers never answer the same message.
+A message sent while an answer streams is stored at once and answered after it.
+
+The loop runs detached from any socket: a shopper who closes the tab mid-answer still finds the
+whole answer stored when they come back.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from channels.db import database_sync_to_async
+
+from routing import strategy
+from routing.providers.base import ProviderError, StreamDone, TextDelta
+
+from . import events, services, streams
+from .models import Conversation, ConversationStatus, Message
+
+log = logging.getLogger(__name__)
+
+_running: dict[uuid.UUID, asyncio.Task[None]] = {}
+_pending: set[uuid.UUID] = set()
+
+
+def kick(conversation_id: uuid.UUID) -> None:
+    """Make sure the conversation's unanswered messages get answered (idempotent, never blocks)."""
+    task = _running.get(conversation_id)
+    if task is not None and not task.done():
+        _pending.add(conversation_id)
+        return
+    _running[conversation_id] = asyncio.get_running_loop().create_task(_drain(conversation_id))
+
+
+async def wait_idle(conversation_id: uuid.UUID) -> None:
+    """Wait until the conversation's answering loop (if any) has finished (for tests and shutdown)."""
+    task = _running.get(conversation_id)
+    if task is not None:
+        await asyncio.shield(task)
+
+
+async def _drain(conversation_id: uuid.UUID) -> None:
+    try:
+        while True:
+            _pending.discard(conversation_id)
+            claimed = await database_sync_to_async(services.answer_claim)(conversation_id=conversation_id)
+            if claimed is None:
+                if conversation_id in _pending:
+                    continue
+                return
+            message, conversation = claimed
+            try:
+                await answer_message(conversation, message)
+            except Exception:  # the task edge: log it, tell the shopper, go on with the next message
+                log.exception("answering message %s of %s failed", message.seq, conversation_id)
+                await events.publish(
+                    conversation_id,
+                    {"type": "error", "code": "unavailable", "message": "Sorry, something went wrong answering that. Please try again."},
+                )
+    finally:
+        if _running.get(conversation_id) is asyncio.current_task():
+            del _running[conversation_id]
+
+
+def _chunks(text: str, size: int = 24) -> list[str]:
+    """Split a fixed answer into stream deltas of about ``size`` code points, on spaces where possible."""
+    out: list[str] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text):
+            space = text.rfind(" ", start + 1, end + 1)
+            if space > start:
+                end = space + 1
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+async def _fixed(text: str) -> AsyncIterator[TextDelta | StreamDone]:
+    for piece in _chunks(text):
+        yield TextDelta(piece)
+
+
+async def answer_message(conversation: Conversation, message: Message) -> None:
+    """Decide who answers ``message``, stream the answer to the conversation and store it.
+
+    Frames published, in order: ``stream.start``, ``stream.delta``..., ``stream.end`` (then a
+    ``status`` frame for a handoff, or an ``error`` frame when a failure cut the answer).
+    """
+    if conversation.status == ConversationStatus.AGENT:
+        return  # an agent holds the conversation: the bot stays silent
+    cid = conversation.id
+    received_at = message.created_at.timestamp()
+    decision = await strategy.decide(conversation=conversation, message=message)
+
+    source: AsyncIterator[TextDelta | StreamDone]
+    first: asyncio.Future[TextDelta | StreamDone] | None = None
+    if decision.request is not None and decision.provider is not None:
+        source = decision.provider.stream(decision.request)
+        # Open the upstream request now, while the bot row is written: saves a DB round trip of TTFT.
+        first = asyncio.ensure_future(anext(source))
+    else:
+        source = _fixed(decision.text or "")
+
+    bot = await database_sync_to_async(services.bot_message_begin)(
+        conversation_id=cid, reply_to_seq=message.seq, route=decision.route
+    )
+    await streams.begin(message_id=bot.pk, seq=bot.seq, route=decision.route)
+    await events.publish(cid, {"type": "stream.start", "id": bot.pk, "seq": bot.seq, "role": "bot", "route": decision.route})
+
+    parts: list[str] = []
+    pos = 0
+    ttft_ms: float | None = None
+    done: StreamDone | None = None
+    failure: ProviderError | None = None
+    route = decision.route
+    try:
+        while True:
+            try:
+                item = await first if first is not None else await anext(source)
+            except StopAsyncIteration:
+                break
+            first = None
+            if isinstance(item, StreamDone):
+                done = item
+                continue
+            if not item.text:
+                continue
+            if ttft_ms is None:
+                ttft_ms = (time.time() - received_at) * 1000
+            await streams.append(message_id=bot.pk, text=item.text)
+            await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": item.text}, pos=pos)
+            parts.append(item.text)
+            pos += len(item.text)
+    except ProviderError as e:
+        failure = e
+        log.warning("remote model failed (%s, %s): %s", route, e.code, e)
+
+    text = "".join(parts)
+    cut = False
+    if failure is not None and not parts:
+        # Nothing reached the shopper yet: fall back to a polite handoff, streamed like any answer.
+        fallback = strategy.handoff_decision(locale=decision.locale, reason=f"remote model failed: {failure.code}")
+        route, text = fallback.route, fallback.text or ""
+        for piece in _chunks(text):
+            if ttft_ms is None:
+                ttft_ms = (time.time() - received_at) * 1000
+            await streams.append(message_id=bot.pk, text=piece)
+            await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=pos)
+            pos += len(piece)
+        decision = fallback
+    elif failure is not None:
+        cut = True
+
+    record = strategy.answer_record(decision=decision, route=route, text=text, done=done, ttft_ms=ttft_ms,
+                                    latency_ms=(time.time() - received_at) * 1000, cut=cut)
+    bot = await database_sync_to_async(services.bot_message_finish)(message_id=bot.pk, record=record)
+    await streams.end(bot.pk)
+    await events.publish(cid, events.stream_end_frame(bot))
+    if cut:
+        await events.publish(cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."})
+    if route == "handoff":
+        changed = await database_sync_to_async(services.conversation_set_status)(
+            conversation_id=cid, status=ConversationStatus.WAITING_AGENT, reason=decision.reason
+        )
+        if changed:
+            await events.publish(cid, {"type": "status", "status": ConversationStatus.WAITING_AGENT.value})

@@ -1,0 +1,51 @@
+"""Per-address limits of the shopper socket (CONTRACT.md "Limits"): sockets held at once and
+messages per minute. Message rate uses the ``limits`` library's moving window (in memory, or in
+Redis when ``REDIS_URL`` is set, so all workers share one budget); the socket count is per process.
+"""
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import Counter
+
+from django.conf import settings
+from limits import parse
+from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.strategies import MovingWindowRateLimiter
+
+_sockets: Counter[str] = Counter()
+# One limiter per event loop: an async Redis storage's connections belong to the loop that made them.
+_limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = weakref.WeakKeyDictionary()
+
+
+def socket_open(address: str) -> bool:
+    """Count a new socket of ``address``; False (and nothing counted) when it already holds the maximum."""
+    if _sockets[address] >= settings.KEFU_MAX_SOCKETS_PER_IP:
+        return False
+    _sockets[address] += 1
+    return True
+
+
+def socket_close(address: str) -> None:
+    _sockets[address] -= 1
+    if _sockets[address] <= 0:
+        del _sockets[address]
+
+
+def _get_limiter() -> MovingWindowRateLimiter:
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        storage: Storage
+        if settings.REDIS_URL:
+            storage = RedisStorage("async+" + settings.REDIS_URL, implementation="redispy", key_prefix="kefu-limits")
+        else:
+            storage = MemoryStorage()
+        limiter = _limiters[loop] = MovingWindowRateLimiter(storage)
+    return limiter
+
+
+async def message_allowed(address: str) -> bool:
+    """Take one message from ``address``'s budget of ``KEFU_MESSAGES_PER_MINUTE_PER_IP`` a minute."""
+    item = parse(f"{settings.KEFU_MESSAGES_PER_MINUTE_PER_IP}/minute")
+    return await _get_limiter().hit(item, "shopper-msg", address)

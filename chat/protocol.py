@@ -1,0 +1,130 @@
+"""Every frame of the shopper WebSocket ``/ws/chat/`` (protocol 1, see docs/protocol.md and
+CONTRACT.md) as a ``TypedDict``, plus the validation of client frames.
+
+Lengths are counted in Unicode code points (``len`` of a Python ``str``).
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal, NotRequired, TypedDict
+
+PROTOCOL_VERSION = 1
+CLIENT_ID_MAX = 64
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float  # USD, rounded to 6 decimals
+    saved_usd: float  # USD, rounded to 6 decimals
+    ttft_ms: float | None
+    latency_ms: float | None
+    estimated: bool
+
+
+class ConversationFrame(TypedDict):
+    type: Literal["conversation"]
+    id: str
+    token: str
+    status: str
+    protocol: int
+
+
+class MessageFrame(TypedDict):
+    type: Literal["message"]
+    id: int
+    seq: int
+    role: str
+    text: str
+    client_id: NotRequired[str]
+    route: NotRequired[str]
+    cut: NotRequired[bool]
+    agent: NotRequired[str]
+
+
+class StreamStartFrame(TypedDict):
+    type: Literal["stream.start"]
+    id: int
+    seq: int
+    role: Literal["bot"]
+    route: str
+
+
+class StreamDeltaFrame(TypedDict):
+    type: Literal["stream.delta"]
+    id: int
+    text: str
+
+
+class StreamEndFrame(TypedDict):
+    type: Literal["stream.end"]
+    id: int
+    seq: int
+    text: str
+    route: str
+    model: str | None
+    usage: Usage
+    cut: NotRequired[bool]
+
+
+class StatusFrame(TypedDict):
+    type: Literal["status"]
+    status: str
+    agent: NotRequired[str]
+
+
+class ErrorFrame(TypedDict):
+    type: Literal["error"]
+    code: str
+    message: str
+    client_id: NotRequired[str]
+
+
+class ProtocolError(Exception):
+    """A client frame that breaks the protocol. ``code`` is the ``error`` frame's code
+    (``invalid`` or ``too_long``); ``client_id`` is echoed when the frame carried a usable one."""
+
+    def __init__(self, code: str, message: str, client_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.client_id = client_id
+
+
+def error_frame(code: str, message: str, client_id: str | None = None) -> ErrorFrame:
+    frame: ErrorFrame = {"type": "error", "code": code, "message": message}
+    if client_id is not None:
+        frame["client_id"] = client_id
+    return frame
+
+
+def parse_uuid(value: Any) -> uuid.UUID | None:
+    """``value`` as a UUID, or None when it is not a string holding one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def validate_message(content: dict[str, Any], *, max_chars: int) -> tuple[str, str]:
+    """Check a client ``message`` frame; returns ``(client_id, text)``.
+
+    Raises ``ProtocolError("invalid")`` for a missing/blank/over-long ``client_id`` or a
+    non-string or blank ``text``, and ``ProtocolError("too_long")`` for text over ``max_chars``
+    code points. The text is stored as sent (not stripped): nothing the shopper typed is lost.
+    """
+    client_id = content.get("client_id")
+    if not isinstance(client_id, str) or not client_id.strip() or len(client_id) > CLIENT_ID_MAX:
+        raise ProtocolError("invalid", f"client_id must be a non-empty string of at most {CLIENT_ID_MAX} characters")
+    text = content.get("text")
+    if not isinstance(text, str):
+        raise ProtocolError("invalid", "text must be a string", client_id)
+    if not text.strip():
+        raise ProtocolError("invalid", "text is blank", client_id)
+    if len(text) > max_chars:
+        raise ProtocolError("too_long", f"text is {len(text)} characters; the limit is {max_chars}", client_id)
+    if "\x00" in text:
+        raise ProtocolError("invalid", "text contains a NUL character", client_id)
+    return client_id, text

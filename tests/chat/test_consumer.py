@@ -1,0 +1,271 @@
+"""The shopper WebSocket /ws/chat/ on the embedded defaults (SQLite, in-memory channel layer),
+driven with Channels' WebsocketCommunicator on the real ASGI application."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from channels.db import database_sync_to_async
+
+from chat import answering
+from chat.models import Conversation, Message
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+def stream_text(frames: list[dict]) -> str:
+    return "".join(f["text"] for f in frames if f["type"] == "stream.delta")
+
+
+@database_sync_to_async
+def stored(conversation_id: str) -> list[Message]:
+    return list(Message.objects.filter(conversation_id=conversation_id).order_by("seq"))
+
+
+async def test_new_conversation_gets_conversation_frame(make_client, faq):
+    shopper = await make_client()
+    frame = await shopper.hello()
+    assert frame["type"] == "conversation"
+    assert frame["status"] == "bot" and frame["protocol"] == 1
+    assert uuid.UUID(frame["id"]) and len(frame["token"]) >= 32
+    conv = await database_sync_to_async(Conversation.objects.get)(pk=frame["id"])
+    assert conv.token_hash != frame["token"]  # only the hash is stored
+
+
+async def test_faq_answer_streams_in_order_and_is_stored(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    client_id = await shopper.say("how many days do I have to send an item back?")
+    frames = await shopper.until("stream.end")
+    kinds = [f["type"] for f in frames]
+    assert kinds[0] == "message" and kinds[1] == "stream.start" and kinds[-1] == "stream.end"
+    assert set(kinds[2:-1]) == {"stream.delta"}
+    ack, start, end = frames[0], frames[1], frames[-1]
+    assert ack["role"] == "shopper" and ack["client_id"] == client_id and ack["seq"] == 1
+    assert start["route"] == "faq" and start["seq"] == 2 and start["role"] == "bot"
+    assert end["route"] == "faq" and end["model"] is None
+    assert end["text"] == stream_text(frames)
+    assert end["text"] == "You can return unused items within 30 days for a full refund."  # placeholder filled
+    assert end["usage"]["prompt_tokens"] == 0 and end["usage"]["cost_usd"] == 0
+    assert end["usage"]["saved_usd"] > 0
+    rows = await stored(shopper.conversation)
+    assert [(m.role, m.seq) for m in rows] == [("shopper", 1), ("bot", 2)]
+    assert rows[1].text == end["text"] and rows[1].route == "faq" and rows[1].state == "done"
+
+
+async def test_numbered_list_answer_keeps_line_breaks(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("how long until my order gets here?")
+    end = (await shopper.until("stream.end"))[-1]
+    assert end["route"] == "faq"
+    assert "\n1. Standard: 2-4 days\n2. Express: next day" in end["text"]
+
+
+async def test_chinese_question_gets_chinese_answer(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello(locale="zh")
+    await shopper.say("快递大概要几天？")
+    end = (await shopper.until("stream.end"))[-1]
+    assert end["route"] == "faq"
+    assert end["text"] == "订单在一个工作日内发货，2到4个工作日送达。"
+
+
+async def test_resend_of_client_id_is_acknowledged_again_not_answered_twice(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    client_id = await shopper.say("do you accept paypal?")
+    first = await shopper.until("stream.end")
+    await shopper.say("do you accept paypal?", client_id=client_id)
+    again = await shopper.recv()
+    assert again == first[0]  # the original acknowledgement, same id and seq
+    assert await shopper.comm.receive_nothing(timeout=0.5)
+    rows = await stored(shopper.conversation)
+    assert [m.role for m in rows] == ["shopper", "bot"]
+
+
+@pytest.mark.parametrize(
+    "frame, code",
+    [
+        ("not json", "invalid"),
+        ('{"type": "message", "client_id": "a", "text": "   "}', "invalid"),
+        ('{"type": "message", "client_id": "a", "text": 5}', "invalid"),
+        ('{"type": "message", "text": "hi"}', "invalid"),
+        ('{"type": "message", "client_id": "a", "text": "' + "x" * 2001 + '"}', "too_long"),
+        ('{"type": "nonsense"}', "invalid"),
+        ('["a list"]', "invalid"),
+    ],
+)
+async def test_bad_frames_get_error_and_connection_stays_usable(make_client, faq, frame, code):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("can I pay by card?")
+    await shopper.until("stream.end")
+    await shopper.comm.send_to(text_data=frame)
+    err = await shopper.recv()
+    assert err["type"] == "error" and err["code"] == code and err["message"]
+    await shopper.say("which payment methods do you take?")
+    frames = await shopper.until("stream.end")
+    assert frames[-1]["route"] == "faq"
+    rows = await stored(shopper.conversation)
+    assert [m.role for m in rows] == ["shopper", "bot", "shopper", "bot"]  # nothing lost, nothing bad stored
+
+
+async def test_exactly_2000_code_points_are_accepted(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    text = "退" * 2000  # 2,000 code points, 6,000 bytes
+    await shopper.say(text)
+    ack = await shopper.recv()
+    assert ack["type"] == "message" and ack["text"] == text
+
+
+async def test_message_before_hello_is_an_error(make_client, faq):
+    shopper = await make_client()
+    await shopper.say("hi")
+    err = await shopper.recv()
+    assert err == {"type": "error", "code": "invalid", "message": "send 'hello' first"}
+
+
+async def test_resume_replays_after_seq_and_nothing_else(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("can I pay with apple pay?")
+    await shopper.until("stream.end")
+    await shopper.say("what is the return window?")
+    await shopper.until("stream.end")
+    await shopper.close()
+
+    again = await make_client()
+    frame = await again.hello(conversation=shopper.conversation, token=shopper.token, after=2)
+    assert frame["id"] == shopper.conversation and frame["token"] == shopper.token
+    replay = [await again.recv(), await again.recv()]
+    assert [(f["type"], f["seq"], f["role"]) for f in replay] == [("message", 3, "shopper"), ("message", 4, "bot")]
+    assert replay[1]["route"] == "faq"
+    assert await again.comm.receive_nothing(timeout=0.3)
+
+    full = await make_client()
+    await full.hello(conversation=shopper.conversation, token=shopper.token)
+    seqs = [(await full.recv())["seq"] for _ in range(4)]
+    assert seqs == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("hello", [
+    {"conversation": "not-a-uuid", "token": "x"},
+    {"conversation": str(uuid.uuid4()), "token": "x"},
+    {"conversation": None},
+])
+async def test_bad_conversation_or_token_closes_4403(make_client, faq, hello):
+    owner = await make_client()
+    await owner.hello()
+    intruder = await make_client()
+    if hello.get("conversation") is None:
+        hello = {"conversation": owner.conversation, "token": "wrong-token"}
+    await intruder.send({"type": "hello", **hello})
+    closed = await intruder.comm.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 4403}
+
+
+async def test_unanswerable_without_remote_model_hands_off(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("The ceramic vase I bought has a hairline crack along the base, what now?")
+    frames = await shopper.until("status")
+    end = next(f for f in frames if f["type"] == "stream.end")
+    assert end["route"] == "handoff" and "person" in end["text"]
+    assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+    conv = await database_sync_to_async(Conversation.objects.get)(pk=shopper.conversation)
+    assert conv.status == "waiting_agent"
+
+
+async def test_asking_for_a_person_hands_off(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("我要转人工")
+    frames = await shopper.until("status")
+    end = next(f for f in frames if f["type"] == "stream.end")
+    assert end["route"] == "handoff" and "人工" in end["text"]
+
+
+async def test_out_of_scope_is_declined_without_handoff(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("who won the football world cup in 2018?")
+    frames = await shopper.until("stream.end")
+    assert frames[-1]["route"] == "decline"
+    assert await shopper.comm.receive_nothing(timeout=0.3)  # no status frame: no handoff
+
+
+async def test_feedback_is_stored_and_bad_feedback_is_an_error(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("do you take credit cards?")
+    end = (await shopper.until("stream.end"))[-1]
+    await shopper.send({"type": "feedback", "message_id": end["id"], "rating": "up"})
+    await shopper.send({"type": "feedback", "message_id": end["id"], "rating": "meh"})
+    err = await shopper.recv()
+    assert err["code"] == "invalid"
+    row = await database_sync_to_async(Message.objects.get)(pk=end["id"])
+    assert row.rating == "up"
+
+
+async def test_other_shopper_cannot_rate_my_messages(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("do you take credit cards?")
+    end = (await shopper.until("stream.end"))[-1]
+    other_shopper = await make_client()
+    await other_shopper.hello()
+    await other_shopper.send({"type": "feedback", "message_id": end["id"], "rating": "down"})
+    assert (await other_shopper.recv())["code"] == "invalid"
+    row = await database_sync_to_async(Message.objects.get)(pk=end["id"])
+    assert row.rating == ""
+
+
+async def test_message_rate_limit(make_client, faq, settings):
+    settings.KEFU_MESSAGES_PER_MINUTE_PER_IP = 2
+    from chat import limits
+
+    limits._limiters.clear()
+    shopper = await make_client()
+    await shopper.hello()
+    for _ in range(2):
+        await shopper.say("how can I pay?")
+        await shopper.until("stream.end")
+    cid = await shopper.say("how can I pay?")
+    err = await shopper.recv()
+    assert err["type"] == "error" and err["code"] == "rate_limited" and err["client_id"] == cid
+    limits._limiters.clear()
+
+
+async def test_socket_limit_per_address(make_client, faq, settings):
+    settings.KEFU_MAX_SOCKETS_PER_IP = 2
+    a, b = await make_client(), await make_client()
+    third = await make_client()
+    err = await third.recv()
+    assert err["code"] == "rate_limited"
+    assert await third.comm.receive_output(timeout=2) == {"type": "websocket.close", "code": 4429}
+    await a.close()
+    fourth = await make_client()
+    assert (await fourth.hello())["type"] == "conversation"
+
+
+async def test_foreign_origin_is_refused(faq):
+    from channels.testing import WebsocketCommunicator
+
+    from config.asgi import application
+
+    comm = WebsocketCommunicator(application, "/ws/chat/", headers=[(b"origin", b"https://evil.example"), (b"host", b"127.0.0.1:8000")])
+    connected, _ = await comm.connect()
+    assert not connected
+
+
+async def test_closed_conversation_reopens_on_message(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await database_sync_to_async(Conversation.objects.filter(pk=shopper.conversation).update)(status="closed")
+    await shopper.say("how can I pay?")
+    frames = await shopper.until("stream.end")
+    assert {"type": "status", "status": "bot"} in frames
+    assert frames[-1]["route"] == "faq"

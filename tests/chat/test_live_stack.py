@@ -1,0 +1,63 @@
+"""The whole chat flow over real sockets against Daphne subprocesses: once on the embedded
+defaults (SQLite, in-memory layer), once on Redis + PostgreSQL with two workers sharing a
+conversation (a socket on each)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+import websockets
+
+pytestmark = pytest.mark.asyncio
+
+
+async def recv_until(ws, kind: str, timeout: float = 30) -> list[dict]:
+    frames = []
+    async with asyncio.timeout(timeout):
+        while True:
+            f = json.loads(await ws.recv())
+            frames.append(f)
+            if f["type"] == kind:
+                return frames
+
+
+async def ask(ws, text: str) -> list[dict]:
+    await ws.send(json.dumps({"type": "message", "client_id": str(uuid.uuid4()), "text": text}))
+    return await recv_until(ws, "stream.end")
+
+
+async def test_embedded_defaults_flow(live_kefu):
+    kefu = live_kefu()
+    assert kefu.health == {"status": "ok", "database": "ok", "channel_layer": "ok", "cache": "ok", "faq_model": "ok"}
+    async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
+        await ws.send(json.dumps({"type": "hello"}))
+        conv = json.loads(await ws.recv())
+        frames = await ask(ws, "is apple pay accepted at checkout?")
+        assert frames[-1]["route"] == "faq" and frames[-1]["text"] == "We accept Visa, Mastercard, PayPal and Apple Pay."
+    # reconnect and resume: the stored conversation comes back, in order, nothing duplicated
+    async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
+        await ws.send(json.dumps({"type": "hello", "conversation": conv["id"], "token": conv["token"]}))
+        assert json.loads(await ws.recv())["id"] == conv["id"]
+        replay = [json.loads(await ws.recv()) for _ in range(2)]
+        assert [(f["seq"], f["role"]) for f in replay] == [(1, "shopper"), (2, "bot")]
+
+
+async def test_redis_and_postgres_two_workers_share_a_conversation(live_kefu, redis_url, pg_database):
+    env = {"DATABASE_URL": pg_database, "REDIS_URL": redis_url}
+    first = live_kefu(env=env)
+    second = live_kefu(env=env, faq_path=None)
+    async with websockets.connect(first.ws, origin=first.base) as a:
+        await a.send(json.dumps({"type": "hello"}))
+        conv = json.loads(await a.recv())
+        async with websockets.connect(second.ws, origin=second.base) as b:
+            await b.send(json.dumps({"type": "hello", "conversation": conv["id"], "token": conv["token"]}))
+            assert json.loads(await b.recv())["type"] == "conversation"
+            frames_a = await ask(a, "how many days is shipping?")
+            frames_b = await recv_until(b, "stream.end")
+    assert frames_a[-1]["route"] == "faq"
+    # the socket on the other worker saw the same acknowledgement and the same streamed answer
+    assert [f for f in frames_b if f["type"] != "stream.delta"] == [f for f in frames_a if f["type"] != "stream.delta"]
+    assert "".join(f["text"] for f in frames_b if f["type"] == "stream.delta") == frames_a[-1]["text"]
+    assert frames_a[-1]["text"].startswith("Orders ship within 1 business day")

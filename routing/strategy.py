@@ -21,7 +21,7 @@ from chat.selectors import history_for_prompt
 from chat.services import AnswerRecord
 
 from . import answers, context, ledger
-from .providers.base import ChatRequest, Provider, ProviderConfig, StreamDone
+from .providers.base import ChatRequest, Provider, ProviderConfig, StreamDone, Usage
 from .services import registry
 
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -62,6 +62,7 @@ class Decision:
     request: ChatRequest | None = None
     faq_entry_id: int | None = None
     reason: str = ""
+    queue_for_agent: bool = False  # after the answer, put the conversation in the agents' queue
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -100,8 +101,7 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
     """Choose the route for ``message`` (see the module docstring). Never raises for content."""
     text = message.text
     locale = detect_locale(text, conversation.locale)
-    if wants_human(text):
-        return handoff_decision(locale=locale, reason="shopper asked for a person")
+    asks_for_person = wants_human(text)
 
     match, verdict = await asyncio.to_thread(_classify, text, locale)
     if match is not None and getattr(match, "accepted", False):
@@ -109,16 +109,20 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
         if entry is not None:
             # Prefer the same intent in the shopper's language.
             entry = registry.by_intent.get((entry.intent, locale), entry)
+            # A shopper who asks for a person gets the store's own answer about it (its FAQ
+            # entry) and is put in the agents' queue all the same.
             return Decision(
                 route="faq", locale=locale, text=answers.fill_placeholders(entry.answer), faq_entry_id=entry.entry_id,
                 reason=f"faq {entry.intent} p={match.confidence:.2f}",  # type: ignore[attr-defined]
+                queue_for_agent=asks_for_person,
             )
+    if asks_for_person:
+        return handoff_decision(locale=locale, reason="shopper asked for a person")
     if verdict is not None and getattr(verdict, "out_of_scope", False):
         return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
 
     if tier_configured("simple"):
-        grounding = _grounding(text, locale)
-        history = await _history(conversation, message)
+        grounding, history = await asyncio.gather(asyncio.to_thread(_grounding, text, locale), _history(conversation, message))
         messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale)
         tier = "simple"
         return Decision(
@@ -133,10 +137,10 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
 def _grounding(text: str, locale: str, k: int = 3) -> list[tuple[str, str]]:
     """The ``k`` FAQ entries closest to ``text`` as (question, answer with placeholders filled)."""
     model = registry.model
-    if model is None or not hasattr(model, "top_entries"):
+    if model is None:
         return []
     out = []
-    for entry_id in model.top_entries(text, k=k):
+    for entry_id in model.top_entries(text, k=k, locale=locale):
         e = registry.entries.get(entry_id)
         if e is not None:
             e = registry.by_intent.get((e.intent, locale), e)
@@ -160,15 +164,24 @@ def answer_record(
     """How an answer ended, with its cost (remote) or the cost it saved (fixed answers), in USD."""
     if route.startswith("llm.") and decision.tier:
         usage = done.usage if done is not None else None
-        prompt = usage.prompt_tokens if usage else 0
-        completion = usage.completion_tokens if usage else 0
-        cached = usage.cached_prompt_tokens if usage else 0
+        if usage is None:
+            # The stream broke before its usage chunk: the call may still be billed, so count
+            # what was sent and received (tiktoken-compatible encodings) and mark it estimated.
+            from .providers.openai_remote import count_tokens
+
+            model = settings.KEFU_TIERS[decision.tier]["model"]
+            usage = Usage(
+                prompt_tokens=count_tokens(decision.request.messages if decision.request else [], model),
+                completion_tokens=count_tokens(text, model) if text else 0,
+                estimated=True,
+            )
+        prompt, completion, cached = usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens
         return AnswerRecord(
             text=text, route=route, model=(done.model if done else "") or settings.KEFU_TIERS[decision.tier]["model"],
             prompt_tokens=prompt, completion_tokens=completion,
             cost_usd=ledger.cost_usd(tier=decision.tier, prompt_tokens=prompt, completion_tokens=completion,
                                      cached_prompt_tokens=cached),
-            ttft_ms=ttft_ms, latency_ms=latency_ms, estimated=bool(usage.estimated) if usage else True, cut=cut,
+            ttft_ms=ttft_ms, latency_ms=latency_ms, estimated=usage.estimated, cut=cut,
         )
     saved = Decimal("0")
     if route == "faq":

@@ -28,6 +28,21 @@ log = logging.getLogger(__name__)
 
 _running: dict[uuid.UUID, asyncio.Task[None]] = {}
 _pending: set[uuid.UUID] = set()
+# Messages claimed by the consumer in the transaction that stored them (see
+# ``services.message_receive(claim=True)``), waiting for this process's answering loop.
+_claimed: dict[uuid.UUID, list[tuple[Message, Conversation]]] = {}
+
+
+def is_idle(conversation_id: uuid.UUID) -> bool:
+    """True when no answering loop of this process is working on the conversation."""
+    task = _running.get(conversation_id)
+    return task is None or task.done()
+
+
+def enqueue_claimed(message: Message, conversation: Conversation) -> None:
+    """Answer a message already claimed for this process (in order with the others), then drain."""
+    _claimed.setdefault(conversation.id, []).append((message, conversation))
+    kick(conversation.id)
 
 
 def kick(conversation_id: uuid.UUID) -> None:
@@ -50,9 +65,16 @@ async def _drain(conversation_id: uuid.UUID) -> None:
     try:
         while True:
             _pending.discard(conversation_id)
-            claimed = await database_sync_to_async(services.answer_claim)(conversation_id=conversation_id)
+            queue = _claimed.get(conversation_id)
+            if queue:
+                queue.sort(key=lambda item: item[0].seq)
+                claimed: tuple[Message, Conversation] | None = queue.pop(0)
+                if not queue:
+                    del _claimed[conversation_id]
+            else:
+                claimed = await database_sync_to_async(services.answer_claim)(conversation_id=conversation_id)
             if claimed is None:
-                if conversation_id in _pending:
+                if conversation_id in _pending or _claimed.get(conversation_id):
                     continue
                 return
             message, conversation = claimed

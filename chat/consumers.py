@@ -15,6 +15,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from routing import strategy
+
 from . import answering, events, limits, selectors, services, streams
 from .models import MessageState
 from .protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_message
@@ -108,6 +110,7 @@ class ShopperConsumer(AsyncWebsocketConsumer):
             conv, token = await database_sync_to_async(services.conversation_start)(locale=locale)
             resumed = False
         self.conversation_id = conv.id
+        self.locale = conv.locale
         # Join before reading the replay: a frame published in between is then both replayed and
         # queued, and chat_frame drops the copy; the other order could lose it.
         await self.channel_layer.group_add(events.conversation_group(conv.id), self.channel_name)
@@ -140,8 +143,10 @@ class ShopperConsumer(AsyncWebsocketConsumer):
         client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
         if not await limits.message_allowed(self.address):
             raise ProtocolError("rate_limited", "too many messages; wait a moment and send again", client_id)
+        strategy.prefetch(text=text, conversation_locale=self.locale)
         received = await database_sync_to_async(services.message_receive)(
-            conversation_id=self.conversation_id, client_id=client_id, text=text
+            conversation_id=self.conversation_id, client_id=client_id, text=text,
+            claim=answering.is_idle(self.conversation_id),
         )
         if not received.created:
             # A resend: the original acknowledgement again, to this socket only; nothing stored twice.
@@ -150,7 +155,10 @@ class ShopperConsumer(AsyncWebsocketConsumer):
         await events.publish(self.conversation_id, events.message_frame(received.message))
         if received.reopened:
             await events.publish(self.conversation_id, {"type": "status", "status": "bot"})
-        answering.kick(self.conversation_id)
+        if received.claimed is not None:
+            answering.enqueue_claimed(received.message, received.claimed)
+        else:
+            answering.kick(self.conversation_id)
 
     async def on_feedback(self, content: dict[str, Any]) -> None:
         assert self.conversation_id is not None

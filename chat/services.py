@@ -13,7 +13,8 @@ import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 from django.db.models import F
 
 from .models import Conversation, ConversationStatus, Message, MessageState, Role
@@ -44,49 +45,72 @@ def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> C
     return conv
 
 
-def _next_seq(conversation_id: uuid.UUID) -> int:
-    """Allocate the next seq of a conversation. Must run inside a transaction: the UPDATE takes the
-    row lock (PostgreSQL) or the database write lock (SQLite, IMMEDIATE transactions), so two
-    workers never hand out the same seq."""
-    Conversation.objects.filter(pk=conversation_id).update(last_seq=F("last_seq") + 1)
-    return Conversation.objects.values_list("last_seq", flat=True).get(pk=conversation_id)
+def _next_seq(conversation_id: uuid.UUID) -> tuple[int, int, str, str]:
+    """Allocate the next seq of a conversation; returns ``(seq, answered_seq, status, locale)``.
+
+    Must run inside a transaction: the UPDATE takes the row lock (PostgreSQL) or the database
+    write lock (SQLite, IMMEDIATE transactions), so two workers never hand out the same seq.
+    One statement (``UPDATE ... RETURNING``, SQLite >= 3.35, PostgreSQL) instead of an UPDATE
+    and a SELECT: this runs on every chat message, on the path to the first token.
+    Raises ``Conversation.DoesNotExist`` for an unknown conversation.
+    """
+    table = connection.ops.quote_name(Conversation._meta.db_table)
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)  # type: ignore[union-attr]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_seq = last_seq + 1, updated_at = %s WHERE id = %s "
+            "RETURNING last_seq, answered_seq, status, locale",
+            [timezone.now(), pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist(conversation_id)
+    return int(row[0]), int(row[1]), str(row[2]), str(row[3])
 
 
 @dataclass(frozen=True)
 class Received:
     """Result of ``message_receive``: the stored shopper message, whether it is new (False for a
-    resend of a known ``client_id``) and the conversation status when it changed (a closed
-    conversation reopens)."""
+    resend of a known ``client_id``), whether a closed conversation reopened, and, when the
+    caller asked to claim it and nothing older was waiting, the conversation (status and locale
+    as of the write) for answering it at once."""
 
     message: Message
     created: bool
     reopened: bool
+    claimed: Conversation | None = None
 
 
-def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str) -> Received:
+def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, claim: bool = False) -> Received:
     """Store a shopper message, exactly once per (conversation, client_id).
 
     A resend of a known ``client_id`` returns the original row with ``created=False`` and stores
-    nothing. A message to a closed conversation reopens it (status ``bot``).
+    nothing. A message to a closed conversation reopens it (status ``bot``). With ``claim=True``
+    the message is also claimed for answering in the same transaction (the compare-and-set of
+    ``answer_claim``), provided no older shopper message is still unclaimed.
     """
-    existing = Message.objects.filter(conversation_id=conversation_id, client_id=client_id).first()
-    if existing is not None:
-        return Received(existing, created=False, reopened=False)
     try:
         with transaction.atomic():
-            seq = _next_seq(conversation_id)
+            seq, answered_seq, status, locale = _next_seq(conversation_id)
             msg = Message.objects.create(
                 conversation_id=conversation_id, seq=seq, role=Role.SHOPPER, text=text, client_id=client_id
             )
-            reopened = bool(
-                Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.CLOSED).update(
-                    status=ConversationStatus.BOT, agent_name=""
-                )
-            )
+            reopened = status == ConversationStatus.CLOSED
+            if reopened:
+                Conversation.objects.filter(pk=conversation_id).update(status=ConversationStatus.BOT, agent_name="")
+                status = ConversationStatus.BOT
+            claimed = None
+            if claim:
+                older_waiting = Message.objects.filter(
+                    conversation_id=conversation_id, role=Role.SHOPPER, seq__gt=answered_seq, seq__lt=seq
+                ).exists()
+                if not older_waiting:
+                    Conversation.objects.filter(pk=conversation_id).update(answered_seq=seq)
+                    claimed = Conversation(id=conversation_id, status=status, locale=locale, answered_seq=seq, last_seq=seq)
     except IntegrityError:
-        # The same client_id raced in through another socket or worker: that one won.
+        # A resend of a known client_id (possibly racing in through another socket or worker).
         return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)
-    return Received(msg, created=True, reopened=reopened)
+    return Received(msg, created=True, reopened=reopened, claimed=claimed)
 
 
 def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] | None:
@@ -117,7 +141,7 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
 def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: str) -> Message:
     """Create the row of a bot answer that is about to stream (state ``streaming``, empty text)."""
     with transaction.atomic():
-        seq = _next_seq(conversation_id)
+        seq = _next_seq(conversation_id)[0]
         return Message.objects.create(
             conversation_id=conversation_id,
             seq=seq,

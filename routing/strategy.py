@@ -20,6 +20,8 @@ from chat.models import Conversation, Message
 from chat.selectors import history_for_prompt
 from chat.services import AnswerRecord
 
+from cache_layer.embeddings import get_embedder
+
 from . import answers, context, ledger
 from .providers.base import ChatRequest, Provider, ProviderConfig, StreamDone, Usage
 from .services import registry
@@ -91,10 +93,53 @@ def _provider(tier: str) -> Provider:
 
 
 def _classify(text: str, locale: str) -> tuple[object, object]:
+    """(FAQ match, scope verdict); the scope check (a second embedding) only runs when the FAQ
+    does not answer."""
     model, scope = registry.model, registry.scope
     match = model.match(text, locale=locale) if model is not None else None
-    verdict = scope.classify(text) if scope is not None else None
-    return match, verdict
+    if match is not None and match.accepted:
+        return match, None
+    if scope is None:
+        return match, None
+    # The FAQ model embedded the normalised text a moment ago: the embedder's LRU gives it back
+    # for free. Measured: the scope verdicts on normalised and raw text agree (600 Bitext
+    # questions: 0 declined either way; CLINC oos_val: 78% vs 77% declined).
+    from .faq_model import normalise_text
+
+    norm = normalise_text(text)
+    if not norm:
+        return match, scope.classify(text)
+    vec = get_embedder().embed([norm])[0]
+    return match, scope.classify_vector(vec, text=text)
+
+
+# Classifications started when a message arrives, before it is stored (see ``prefetch``):
+# (text, locale) -> future of ``_classify``. Entries are consumed by ``decide`` or dropped after
+# PREFETCH_TTL_S (e.g. when an agent holds the conversation and the bot never decides).
+_prefetched: dict[tuple[str, str], asyncio.Future[tuple[object, object]]] = {}
+PREFETCH_TTL_S = 30.0
+
+
+def prefetch(*, text: str, conversation_locale: str) -> None:
+    """Start classifying ``text`` off the event loop now, so that the embedding (the slowest step
+    of routing, ~10-15 ms on 2 cores) overlaps the database writes that store the message."""
+    locale = detect_locale(text, conversation_locale)
+    key = (text, locale)
+    if key in _prefetched or registry.model is None:
+        return
+    loop = asyncio.get_running_loop()
+    _prefetched[key] = loop.run_in_executor(None, _classify, text, locale)
+    loop.call_later(PREFETCH_TTL_S, _prefetched.pop, key, None)
+
+
+async def _classified(text: str, locale: str) -> tuple[object, object]:
+    future = _prefetched.pop((text, locale), None)
+    if future is not None:
+        try:
+            return await future
+        except Exception:  # a failed prefetch is retried below, where errors reach the caller
+            pass
+    return await asyncio.to_thread(_classify, text, locale)
 
 
 async def decide(*, conversation: Conversation, message: Message) -> Decision:
@@ -103,7 +148,7 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
     locale = detect_locale(text, conversation.locale)
     asks_for_person = wants_human(text)
 
-    match, verdict = await asyncio.to_thread(_classify, text, locale)
+    match, verdict = await _classified(text, locale)
     if match is not None and getattr(match, "accepted", False):
         entry = registry.entries.get(match.entry_id)  # type: ignore[attr-defined]
         if entry is not None:

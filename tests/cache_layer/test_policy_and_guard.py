@@ -1,0 +1,90 @@
+"""Pure functions: exact keys, what may be cached, the key-term guard."""
+from __future__ import annotations
+
+import pytest
+
+from cache_layer.normalise import exact_key_text
+from cache_layer.policy import is_follow_up, may_cache_answer, may_cache_question
+from cache_layer.similarity import guard
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("Do you ship to Canada?", "do you ship to canada"),
+        ("ＤＯ　ＹＯＵ ship to Canada ？", "do you ship to canada"),
+        ("Don't you ship to Canada?!", "dont you ship   to canada"),
+        ("多久能送到？", "多久 能 送到"),
+    ],
+)
+def test_exact_key_text_merges_case_width_punctuation_spacing(a: str, b: str) -> None:
+    assert exact_key_text(a) == exact_key_text(b)
+
+
+def test_exact_key_text_keeps_numbers() -> None:
+    assert exact_key_text("2 items") != exact_key_text("3 items")
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("Where is my order 48213377? It has not arrived.", "order_number"),
+        ("please write to alice@example.com", "email"),
+        ("my number is +1 (555) 123-4567", "phone_number"),
+        ("card 4111 1111 1111 1111 was declined", "card_number"),
+        ("send it to 221 Baker Street", "street_address"),
+        ("送到南京路100号", "street_address"),
+        ("my name is bob and I need help", "name"),
+        ("I am Alice, where is my parcel", "name"),
+        ("我叫小明", "name"),
+        ("and the blue one?", "follow_up"),
+        ("what about it", "follow_up"),
+        ("那这个呢", "follow_up"),
+        ("how much is it?", "follow_up"),
+        ("", "empty"),
+    ],
+)
+def test_questions_that_may_not_be_cached(text: str, reason: str) -> None:
+    assert may_cache_question(text) == (False, reason)
+
+
+@pytest.mark.parametrize(
+    "text", ["Do you ship to Canada?", "How do I cancel my order?", "I am unhappy with the delivery time", "多久能送到？"]
+)
+def test_standalone_questions_may_be_cached(text: str) -> None:
+    assert may_cache_question(text) == (True, "ok")
+    assert not is_follow_up(text)
+
+
+def test_answers_with_personal_data_or_empty_are_refused() -> None:
+    assert may_cache_answer("Your order 48213377 ships tomorrow.") == (False, "order_number")
+    assert may_cache_answer("  ") == (False, "empty")
+    assert may_cache_answer("Orders ship within 1 business day.") == (True, "ok")
+
+
+@pytest.mark.parametrize(
+    "a, b, reason_start",
+    [
+        ("How do I cancel my order?", "How do I cancel my subscription?", "content_substituted"),
+        ("I was charged twice", "I was never charged", "numbers_differ"),
+        ("I was charged", "I was never charged", "negation_mismatch"),
+        ("Can I return 2 items?", "Can I return 3 items?", "numbers_differ"),
+        ("我收到货了", "我没收到货", "negation_mismatch"),
+    ],
+)
+def test_guard_blocks_look_alikes(a: str, b: str, reason_start: str) -> None:
+    ok, reason = guard(a, b)
+    assert not ok and reason.startswith(reason_start)
+    assert guard(b, a)[0] is False  # symmetric
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("How do I cancel my order?", "how can I cancel my purchase"),
+        ("Do you ship to Canada?", "do you deliver to canada"),
+        ("能不能退货", "可以退货吗"),
+    ],
+)
+def test_guard_lets_paraphrases_through(a: str, b: str) -> None:
+    assert guard(a, b) == (True, "ok")

@@ -1,0 +1,170 @@
+"""The answer cache service: exact and semantic hits, refusals, TTL, scopes, eviction."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from cache_layer import services
+from cache_layer.embeddings import get_embedder
+from cache_layer.models import CachedAnswer
+
+pytestmark = pytest.mark.django_db
+
+SCOPE = services.scope_key(store="lantern", locale="en", tier="simple", faq_version="1", prompt_version="v1")
+
+
+def put(question: str, answer: str, *, scope: str = SCOPE, cut: bool = False, grounded_on: list[int] | None = None,
+        embedding: np.ndarray | None = None) -> bool:
+    return services.store(question=question, answer=answer, scope=scope, embedding=embedding, route="llm.simple",
+                          model="gpt-test", grounded_on=grounded_on or [], prompt_version="v1", cut=cut, locale="en")
+
+
+def ask(question: str, *, scope: str = SCOPE) -> services.CacheHit | None:
+    return services.lookup(question=question, scope=scope, embedding=None)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_indexes() -> None:
+    services._forget()
+
+
+def test_exact_hit_after_normalisation() -> None:
+    assert put("Do you ship to Canada?", "Yes, we ship to Canada in 5-7 days.")
+    hit = ask("do you ship to canada")
+    assert hit is not None and hit.route == "cache.exact" and hit.similarity == 1.0
+    assert hit.answer == "Yes, we ship to Canada in 5-7 days." and hit.model == "gpt-test"
+    entry = CachedAnswer.objects.get(id=hit.entry_id)
+    assert entry.hits == 1 and entry.last_hit_at is not None
+
+
+def test_paraphrase_is_a_semantic_hit() -> None:
+    assert put("How do I cancel my order?", "Open Orders and press Cancel.")
+    hit = ask("How can I cancel my order?")
+    assert hit is not None and hit.route == "cache.semantic"
+    assert hit.similarity >= services.semantic_threshold()
+    assert hit.answer == "Open Orders and press Cancel."
+
+
+@pytest.mark.parametrize(
+    "cached, asked",
+    [
+        ("How do I cancel my order?", "How do I cancel my subscription?"),
+        ("I was charged twice", "I was never charged"),
+    ],
+)
+def test_look_alikes_never_hit(cached: str, asked: str) -> None:
+    assert put(cached, "an answer made for the first question")
+    vecs = get_embedder().embed([cached, asked])
+    # The look-alike scores high enough that cosine alone would serve it: the guard must block it.
+    assert float(vecs[0] @ vecs[1]) > 0.85
+    assert ask(asked) is None
+
+
+def test_two_order_numbers_never_share_an_answer() -> None:
+    q1 = "Where is my order 48213377? It has not arrived."
+    q2 = "Where is my order 99107452? It has not arrived."
+    assert not put(q1, "Order 48213377 left our warehouse on Monday.")
+    assert not put(q1, "It left our warehouse on Monday.")  # the question alone is personal
+    assert CachedAnswer.objects.count() == 0
+    assert ask(q2) is None and ask(q1) is None
+
+
+def test_follow_up_is_neither_stored_nor_served() -> None:
+    assert not put("and the blue one?", "The blue one is in stock.")
+    assert put("Is the blue one in stock?", "Yes.") is False  # "one" without a noun: a follow-up
+    assert put("Is the blue scarf in stock?", "Yes, the blue scarf is in stock.")
+    assert ask("and the blue one?") is None
+    assert ask("那这个呢") is None
+    assert CachedAnswer.objects.count() == 1
+
+
+def test_cut_stream_and_empty_answers_are_not_stored() -> None:
+    assert not put("What is your return policy?", "You can return unused items within", cut=True)
+    assert not put("What is your return policy?", "   ")
+    assert not services.store(question="What is your return policy?", answer="I will check for you.", scope=SCOPE,
+                              embedding=None, route="agent", model="", grounded_on=[], prompt_version="v1", cut=False)
+    assert CachedAnswer.objects.count() == 0
+    assert ask("What is your return policy?") is None
+
+
+def test_expired_entries_are_not_served() -> None:
+    assert put("What is your return policy?", "30 days.")
+    CachedAnswer.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert ask("What is your return policy?") is None  # exact
+    assert ask("what's your returns policy") is None  # semantic
+    # An expired entry is replaced by a new store.
+    assert put("What is your return policy?", "60 days.")
+    hit = ask("What is your return policy?")
+    assert hit is not None and hit.answer == "60 days."
+
+
+def test_a_hit_does_not_extend_ttl() -> None:
+    assert put("What is your return policy?", "30 days.")
+    before = CachedAnswer.objects.get().expires_at
+    assert ask("What is your return policy?") is not None
+    assert CachedAnswer.objects.get().expires_at == before
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        dict(store="lantern", locale="zh-CN", tier="simple", faq_version="1", prompt_version="v1"),
+        dict(store="lantern", locale="en", tier="complex", faq_version="1", prompt_version="v1"),
+        dict(store="lantern", locale="en", tier="simple", faq_version="2", prompt_version="v1"),
+        dict(store="other-store", locale="en", tier="simple", faq_version="1", prompt_version="v1"),
+    ],
+)
+def test_scope_isolation(other: dict[str, str]) -> None:
+    assert put("Do you ship to Canada?", "Yes.")
+    other_scope = services.scope_key(**other)
+    assert other_scope != SCOPE
+    assert ask("Do you ship to Canada?", scope=other_scope) is None
+    assert ask("Do you ship to Canada?") is not None
+
+
+def test_evict_for_faq_entry_removes_exactly_its_answers() -> None:
+    assert put("What is your return policy?", "30 days.", grounded_on=[7, 9])
+    assert put("Do you ship to Canada?", "Yes.", grounded_on=[9])
+    assert put("Which payment methods do you accept?", "Visa and PayPal.", grounded_on=[3])
+    assert ask("What is your return policy?") is not None  # loads the index
+    assert services.evict_for_faq_entry(9) == 2
+    assert ask("What is your return policy?") is None
+    assert ask("Do you ship to Canada?") is None
+    assert ask("Which payment methods do you accept?") is not None
+
+
+def test_size_bound_evicts_oldest(settings) -> None:
+    settings.KEFU_CACHE_MAX_ENTRIES = 2
+    assert put("What is your return policy?", "30 days.")
+    assert put("Do you ship to Canada?", "Yes.")
+    CachedAnswer.objects.filter(question="What is your return policy?").update(
+        created_at=timezone.now() - timedelta(hours=1))
+    assert put("Which payment methods do you accept?", "Visa and PayPal.")
+    assert set(CachedAnswer.objects.values_list("question", flat=True)) == {
+        "Do you ship to Canada?", "Which payment methods do you accept?"}
+
+
+def test_purge_scope_and_all() -> None:
+    other = services.scope_key(store="lantern", locale="zh", tier="simple", faq_version="1", prompt_version="v1")
+    assert put("Do you ship to Canada?", "Yes.")
+    assert put("Do you ship to Canada?", "Yes.", scope=other)
+    assert services.purge(scope=other) == 1
+    assert ask("Do you ship to Canada?") is not None
+    assert services.purge() == 1
+    assert ask("Do you ship to Canada?") is None
+
+
+def test_entry_stored_by_another_worker_is_seen() -> None:
+    """Another worker's row (written straight to the DB, this process's index left stale) is found."""
+    assert put("Do you ship to Canada?", "Yes.")
+    assert ask("do you ship to canada please") is not None  # loads this process's index for the scope
+    vec = get_embedder().embed(["What is your return policy?"])[0]
+    CachedAnswer.objects.create(
+        scope=SCOPE, key_hash=services._key_hash("what is your return policy"), key_text="what is your return policy",
+        question="What is your return policy?", answer="30 days.", embedding=vec.tobytes(), route="llm.simple",
+        expires_at=timezone.now() + timedelta(hours=1))
+    hit = ask("what's your return policy")
+    assert hit is not None and hit.route == "cache.semantic" and hit.answer == "30 days."

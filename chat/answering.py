@@ -91,6 +91,21 @@ async def _drain(conversation_id: uuid.UUID) -> None:
             del _running[conversation_id]
 
 
+async def _cache_store(*, message: Message, decision: strategy.Decision, text: str, model: str) -> None:
+    """Offer a finished remote answer to the answer cache (its policy refuses personal data,
+    follow-ups and the like). After stream.end: the shopper never waits for it."""
+    from cache_layer import services as cache
+
+    try:
+        await database_sync_to_async(cache.store)(
+            question=message.text, answer=text, scope=decision.cache_scope, embedding=decision.cache_vector,
+            route=decision.route, model=model, grounded_on=decision.grounded_on,
+            prompt_version=strategy.context.SYSTEM_PROMPT_VERSION, cut=False, locale=decision.locale,
+        )
+    except Exception:  # the cache is an optimisation: a failure to store is logged, not shown
+        log.exception("storing answer %s in the cache failed", message.pk)
+
+
 def _chunks(text: str, size: int = 24) -> list[str]:
     """Split a fixed answer into stream deltas of about ``size`` code points, on spaces where possible."""
     out: list[str] = []
@@ -199,6 +214,8 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     await events.publish(cid, events.stream_end_frame(bot))
     if cut:
         await events.publish(cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."})
+    elif route.startswith("llm.") and decision.cache_scope and text:
+        await _cache_store(message=message, decision=decision, text=text, model=bot.model)
     if route == "handoff" or decision.queue_for_agent:
         await database_sync_to_async(services.conversation_set_status)(
             conversation_id=cid, status=ConversationStatus.WAITING_AGENT, reason=decision.reason

@@ -121,10 +121,13 @@ def faq_import(records: list[FaqRecord]) -> ImportResult:
         else:
             grouped[key] = FaqRecord(r.line, r.intent, r.locale, r.question, r.answer, list(r.variants))
     result = ImportResult()
+    changed: list[int] = []
     with transaction.atomic():
         for (intent, locale), r in grouped.items():
             variants = [v for v in dict.fromkeys(r.variants) if v != r.question]
-            _, created = FaqEntry.objects.update_or_create(
+            before = FaqEntry.objects.filter(intent=intent, locale=locale).values_list(
+                "question", "answer", "variants", "active").first()
+            entry, created = FaqEntry.objects.update_or_create(
                 intent=intent, locale=locale,
                 defaults={"question": r.question, "answer": r.answer, "variants": variants, "active": True},
             )
@@ -132,4 +135,15 @@ def faq_import(records: list[FaqRecord]) -> ImportResult:
                 result.created += 1
             else:
                 result.updated += 1
+                if before != (r.question, r.answer, variants, True):
+                    changed.append(entry.pk)
+        for entry_id in changed:
+            faq_entry_changed(entry_id)
     return result
+
+
+def faq_entry_changed(entry_id: int) -> int:
+    """An entry's text changed: evict the cached remote answers grounded on it (their count)."""
+    from cache_layer.services import evict_for_faq_entry
+
+    return evict_for_faq_entry(entry_id)

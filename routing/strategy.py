@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+
+import numpy as np
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -65,6 +67,9 @@ class Decision:
     faq_entry_id: int | None = None
     reason: str = ""
     queue_for_agent: bool = False  # after the answer, put the conversation in the agents' queue
+    cache_scope: str = ""  # where a remote answer may be stored (answer cache)
+    cache_vector: "np.ndarray | None" = None
+    grounded_on: list[int] = field(default_factory=list)
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -167,30 +172,74 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
         return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
 
     if tier_configured("simple"):
-        grounding, history = await asyncio.gather(asyncio.to_thread(_grounding, text, locale), _history(conversation, message))
-        messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale)
         tier = "simple"
+        cache_scope = _cache_scope(locale=locale, tier=tier)
+        (grounding, grounded_on, vector), history, hit = await asyncio.gather(
+            asyncio.to_thread(_grounding, text, locale),
+            _history(conversation, message),
+            _cache_lookup(text=text, scope=cache_scope),
+        )
+        if hit is not None:
+            return Decision(
+                route=hit.route, locale=locale, tier=tier, text=hit.answer,
+                reason=f"{hit.route} similarity={hit.similarity:.3f} entry={hit.entry_id}",
+            )
+        messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale)
         return Decision(
             route=f"llm.{tier}", locale=locale, tier=tier, provider=_provider(tier),
             request=ChatRequest(messages=messages, model=settings.KEFU_TIERS[tier]["model"],
                                 max_tokens=settings.KEFU_LLM_MAX_TOKENS),
-            reason="remote model",
+            reason="remote model", cache_scope=cache_scope, cache_vector=vector, grounded_on=grounded_on,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
 
 
-def _grounding(text: str, locale: str, k: int = 3) -> list[tuple[str, str]]:
-    """The ``k`` FAQ entries closest to ``text`` as (question, answer with placeholders filled)."""
+def _grounding(text: str, locale: str, k: int = 3) -> tuple[list[tuple[str, str]], list[int], np.ndarray | None]:
+    """The ``k`` FAQ entries closest to ``text`` as (question, answer with placeholders filled),
+    their ids (what a cached answer is grounded on), and the message's embedding (the FAQ
+    model's normalised text, from the embedder's LRU) for the answer cache."""
+    from .faq_model import normalise_text
+
     model = registry.model
+    norm = normalise_text(text)
+    vector = get_embedder().embed([norm])[0] if norm else None
     if model is None:
-        return []
-    out = []
+        return [], [], vector
+    out, ids = [], []
     for entry_id in model.top_entries(text, k=k, locale=locale):
         e = registry.entries.get(entry_id)
         if e is not None:
             e = registry.by_intent.get((e.intent, locale), e)
             out.append((e.question, answers.fill_placeholders(e.answer)))
-    return out
+            ids.append(e.entry_id)
+    return out, ids, vector
+
+
+def _cache_scope(*, locale: str, tier: str) -> str:
+    """Everything that changes the right answer, except the FAQ entries an answer was grounded
+    on: those are recorded per answer, and editing one evicts exactly its answers."""
+    from cache_layer.services import scope_key
+
+    return scope_key(store=settings.KEFU_STORE_NAME, locale=locale, tier=tier,
+                     faq_version="per-answer", prompt_version=context.SYSTEM_PROMPT_VERSION)
+
+
+async def _cache_lookup(*, text: str, scope: str) -> object | None:
+    """A cached remote answer for ``text`` (exact, then semantic + guard), or None."""
+    if not settings.KEFU_CACHE_ENABLED:
+        return None
+    from channels.db import database_sync_to_async
+
+    from cache_layer import services as cache
+    from .faq_model import normalise_text
+
+    norm = normalise_text(text)
+
+    def run() -> object | None:
+        vector = get_embedder().embed([norm])[0] if norm else None
+        return cache.lookup(question=text, scope=scope, embedding=vector)
+
+    return await database_sync_to_async(run)()
 
 
 async def _history(conversation: Conversation, message: Message) -> list[tuple[str, str]]:
@@ -229,7 +278,7 @@ def answer_record(
             ttft_ms=ttft_ms, latency_ms=latency_ms, estimated=usage.estimated, cut=cut,
         )
     saved = Decimal("0")
-    if route == "faq":
+    if route == "faq" or route.startswith("cache."):
         saved = _saved_usd(text)
     return AnswerRecord(text=text, route=route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut,
                         faq_entry_id=decision.faq_entry_id, saved_usd=saved)

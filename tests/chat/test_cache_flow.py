@@ -1,0 +1,94 @@
+"""The answer cache on the router's path, over /ws/chat/ with the fake upstream: repeats and
+paraphrases are served from the cache, what must not be shared never is."""
+from __future__ import annotations
+
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from channels.db import database_sync_to_async
+
+from cache_layer.models import CachedAnswer
+from chat.models import Message
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fake_openai import Behaviour  # noqa: E402
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+LAMP_Q = "Does the walnut floor lamp come with a dimmer switch?"
+
+
+async def ask(make_client, text: str) -> dict:
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(text)
+    frames = await shopper.until("stream.end")
+    return frames[-1]
+
+
+async def test_repeat_is_an_exact_hit_and_records_the_saving(make_client, faq, remote):
+    remote.push(Behaviour(text="Yes, it has an inline dimmer."))
+    first = await ask(make_client, LAMP_Q)
+    again = await ask(make_client, "does the walnut floor lamp come with a dimmer switch")
+    assert first["route"] == "llm.simple"
+    assert again["route"] == "cache.exact" and again["text"] == "Yes, it has an inline dimmer."
+    assert again["model"] is None and again["usage"]["cost_usd"] == 0 and again["usage"]["saved_usd"] > 0
+    assert len(remote.requests) == 1  # the repeat never reached the upstream
+    row = await database_sync_to_async(Message.objects.get)(pk=again["id"])
+    assert row.route == "cache.exact" and row.saved_usd > Decimal("0")
+
+
+async def test_paraphrase_is_a_semantic_hit(make_client, faq, remote):
+    remote.push(Behaviour(text="Yes, it has an inline dimmer."))
+    await ask(make_client, LAMP_Q)
+    hit = await ask(make_client, "Does the walnut floor lamp have a dimmer switch?")
+    assert hit["route"] == "cache.semantic" and hit["text"] == "Yes, it has an inline dimmer."
+
+
+async def test_look_alike_is_never_served_the_other_answer(make_client, faq, remote):
+    remote.push(Behaviour(text="Open My orders and choose Cancel."), Behaviour(text="Subscriptions are cancelled in Settings."))
+    await ask(make_client, "How do I cancel my order?")
+    other = await ask(make_client, "How do I cancel my subscription?")
+    assert other["route"] == "llm.simple" and other["text"] == "Subscriptions are cancelled in Settings."
+
+
+async def test_two_order_numbers_never_share_an_answer(make_client, faq, remote):
+    remote.push(Behaviour(text="Order 48213377 left our warehouse on Monday."), Behaviour(text="Order 99107452 is packed."))
+    a = await ask(make_client, "Where is my order 48213377? It has not arrived.")
+    b = await ask(make_client, "Where is my order 99107452? It has not arrived.")
+    assert a["route"] == b["route"] == "llm.simple"
+    assert b["text"] == "Order 99107452 is packed."
+    assert await database_sync_to_async(CachedAnswer.objects.count)() == 0  # personal data: not stored
+
+
+async def test_follow_up_is_not_served_from_cache(make_client, faq, remote):
+    remote.push(Behaviour(text="Yes, it is dimmable."), Behaviour(text="The blue one is not."))
+    await ask(make_client, "and is it dimmable?")
+    again = await ask(make_client, "and is it dimmable?")
+    assert again["route"] == "llm.simple" and again["text"] == "The blue one is not."
+
+
+async def test_cut_stream_is_not_cached(make_client, faq, remote):
+    remote.push(Behaviour(text="The lamp has a dimmer and a fabric shade", drop_after_chunks=2),
+                Behaviour(text="Yes, it has an inline dimmer."))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(LAMP_Q)
+    assert (await shopper.until("error"))[-1]["code"] == "unavailable"
+    again = await ask(make_client, LAMP_Q)
+    assert again["route"] == "llm.simple" and again["text"] == "Yes, it has an inline dimmer."
+
+
+async def test_editing_a_grounding_faq_entry_evicts_its_answers(make_client, faq, remote):
+    from routing.faq_import import faq_import, validate
+    from conftest import TEST_FAQ
+
+    remote.push(Behaviour(text="Express orders arrive the next day."))
+    await ask(make_client, "Can I get the oak side table delivered by Saturday?")
+    cached = await database_sync_to_async(lambda: list(CachedAnswer.objects.values_list("grounded_on", flat=True)))()
+    assert len(cached) == 1 and cached[0]
+    shipping = dict(TEST_FAQ[0], answer="Orders now ship within 2 business days.")
+    await database_sync_to_async(faq_import)([validate(shipping, 1)])
+    assert await database_sync_to_async(CachedAnswer.objects.count)() == 0

@@ -11,8 +11,9 @@ local-memory cache, no Redis, no remote model: ``REDIS_URL``, ``OPENAI_*`` and t
 are taken out of its environment). It waits for ``GET /healthz`` = 200 (the FAQ model trained),
 then plays the shopper: every question goes over ``/ws/chat/`` on a socket of its own, with an
 ``Origin`` header as a browser sends it: ``hello`` -> ``conversation`` frame -> ``message`` with a
-fresh uuid ``client_id`` -> frames until ``stream.end``. The server is stopped and the database
-deleted at the end, also after an error or Ctrl-C.
+fresh uuid ``client_id`` -> frames until ``stream.end`` (after a ``handoff`` answer, until the
+``status`` frame that follows it) -> close. The server is stopped and the database deleted at the
+end, also after an error, Ctrl-C or SIGTERM.
 
 Accuracy, per data set (each message is one new conversation):
 
@@ -26,13 +27,15 @@ Accuracy, per data set (each message is one new conversation):
   ``clinc_oos_val`` (100): questions no store should answer from its FAQ.
 
 Reported: coverage (share of messages answered on route ``faq``), precision (share of ``faq``
-answers that are the entry of the expected intent), the share of out-of-scope questions answered
-from the FAQ, and the distribution of routes. Which entry answered is read from the answer text
-alone (the protocol does not name it): kefu fills the ``{{placeholders}}`` of a seed answer from
-the store settings, so each seed answer is turned into a pattern (its literal text, whitespace
-collapsed, with any text allowed where a placeholder was) and the answer must match exactly one
-entry's pattern; if none matches, the entry whose placeholder-free answer is most similar
-(difflib ratio) is taken. The report says how many answers each rule decided.
+answers that are the entry of the expected intent), the share of all messages answered with the
+right entry (what bench/faq_model_eval.py calls coverage), the share of out-of-scope questions
+answered from the FAQ, and the distribution of routes. Which entry answered is read from the
+answer text alone (the protocol does not name it): kefu fills the ``{{placeholders}}`` of a seed
+answer from the store settings, so each seed answer is turned into a pattern (its literal text,
+whitespace collapsed, with any text allowed where a placeholder was) that the whole answer must
+match (if several match, the one with the most literal text wins); if none matches, the entry
+whose placeholder-free answer is most similar (difflib ratio) is taken. The report says how many
+answers each rule decided.
 
 Speed, per concurrency level (``--concurrency``, default 1 then 8; every level sends every
 message above again; at 1 the questions go one after the other): on the same socket, the time
@@ -43,7 +46,7 @@ from sending the ``message`` frame to
   and validate the frame, store the message (a database write), publish it to the conversation's
   group and send it back. It runs on the same server, socket, channel layer and event loop as
   the answer, so the ratio first-delta / ack is the cost of *answering* in units of the cheapest
-  thing the server does, and the machine's noise largely cancels out of it;
+  thing the server does, and a slow phase of a noisy machine slows both;
 * the first ``stream.delta`` of an answer (for ``faq`` answers: the FAQ model's embedding and
   classification, the bot message written, ``stream.start`` and the first chunk relayed);
 * ``stream.end`` (the whole answer streamed and stored).
@@ -373,11 +376,13 @@ SET_LABELS = {
 
 def accuracy_section(outcomes: Sequence[Outcome], matcher: IntentMatcher) -> list[str]:
     lines = [
-        "| set | messages | answered from FAQ (coverage / OOS answered) | right intent among FAQ answers (precision) | routes |",
-        "|---|---:|---:|---:|---|",
+        "| set | messages | answered from FAQ (coverage; OOS: answered) | right entry, share of all messages "
+        "| right entry among FAQ answers (precision) | routes |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     rules: Counter[str] = Counter()
     wrong: list[tuple[Item, str]] = []
+    oos_answered: list[tuple[Item, str]] = []
     for set_name in SET_LABELS:
         rows = [o for o in outcomes if o.item.set_name == set_name]
         if not rows:
@@ -387,21 +392,27 @@ def accuracy_section(outcomes: Sequence[Outcome], matcher: IntentMatcher) -> lis
         for o in faq:
             intent, rule = matcher.intent_of(o.answer or "")
             rules[rule] += 1
-            if o.item.intent is not None:
-                if intent == o.item.intent:
-                    right += 1
-                else:
-                    wrong.append((o.item, intent))
+            if o.item.intent is None:
+                oos_answered.append((o.item, intent))
+            elif intent == o.item.intent:
+                right += 1
+            else:
+                wrong.append((o.item, intent))
         routes = ", ".join(f"{r} {c}" for r, c in Counter(o.route for o in rows).most_common())
         in_scope = rows[0].item.intent is not None
+        right_all = _share(right, len(rows)) if in_scope else "n/a"
         prec = _share(right, len(faq)) if in_scope else "n/a"
-        lines.append(f"| {SET_LABELS[set_name]} | {len(rows)} | {_share(len(faq), len(rows))} | {prec} | {routes} |")
+        lines.append(f"| {SET_LABELS[set_name]} | {len(rows)} | {_share(len(faq), len(rows))} | {right_all} | {prec} | {routes} |")
     lines += ["", f"Answer → entry decided by exact template match for {rules['template']} FAQ answers, "
               f"by text similarity for {rules['similarity']}."]
-    if wrong:
-        lines += ["", "Wrong entries (in-scope sets): " + "; ".join(
-            f"{i.text!r} expected `{i.intent}`, got `{got}`" for i, got in wrong[:12])
-            + (f"; … {len(wrong) - 12} more" if len(wrong) > 12 else "") + "."]
+    for title, pairs, show_expected in (("Wrong entries (in-scope sets)", wrong, True),
+                                        ("Out-of-scope questions answered from the FAQ", oos_answered, False)):
+        if pairs:
+            shown = "; ".join(
+                f"{i.text!r} → `{got}`" + (f" (expected `{i.intent}`)" if show_expected else "") for i, got in pairs[:12]
+            )
+            more = f"; … {len(pairs) - 12} more" if len(pairs) > 12 else ""
+            lines += ["", f"{title}: {shown}{more}."]
     return lines
 
 

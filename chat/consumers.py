@@ -11,6 +11,7 @@ import logging
 import uuid
 from typing import Any
 
+from autobahn.exception import Disconnected
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -43,15 +44,37 @@ class ShopperConsumer(AsyncWebsocketConsumer):
             return
         self.counted = True
 
-    async def disconnect(self, code: int) -> None:
-        if self.counted:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # Whatever ends this consumer (a clean close, a crash, a cancelled task), its slot in the
+        # per-address socket count is given back and it leaves the conversation group.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        if getattr(self, "counted", False):
             limits.socket_close(self.address)
             self.counted = False
-        if self.conversation_id is not None:
-            await self.channel_layer.group_discard(events.conversation_group(self.conversation_id), self.channel_name)
+        if self.conversation_id is not None and getattr(self, "channel_name", None):
+            try:
+                await self.channel_layer.group_discard(events.conversation_group(self.conversation_id), self.channel_name)
+            except Exception:  # the layer is gone (shutdown): nothing left to leave
+                log.debug("group_discard failed", exc_info=True)
+
+    async def disconnect(self, code: int) -> None:
+        self.closed = True
+        await self._release()
 
     async def _send(self, frame: Any) -> None:
-        await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        if getattr(self, "closed", False):
+            return
+        try:
+            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        except Disconnected:
+            # The shopper closed the tab while a frame was on its way (e.g. mid-stream): the
+            # answer is stored anyway; this socket just stops receiving.
+            self.closed = True
 
     # --- client frames -------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

@@ -269,3 +269,30 @@ async def test_closed_conversation_reopens_on_message(make_client, faq):
     frames = await shopper.until("stream.end")
     assert {"type": "status", "status": "bot"} in frames
     assert frames[-1]["route"] == "faq"
+
+
+async def test_frame_to_a_vanished_socket_neither_crashes_nor_leaks_its_slot(make_client, faq, settings, monkeypatch):
+    """Daphne raises ``Disconnected`` when a frame is sent to a socket whose TCP connection is
+    gone (a tab closed mid-answer). The consumer must survive it and give its slot back."""
+    from autobahn.exception import Disconnected
+
+    from chat.consumers import ShopperConsumer
+
+    settings.KEFU_MAX_SOCKETS_PER_IP = 1
+    real_send = ShopperConsumer.send
+
+    async def send(self, text_data=None, bytes_data=None, close=False):
+        if text_data and '"stream.delta"' in text_data:
+            raise Disconnected("connection gone")
+        return await real_send(self, text_data=text_data, bytes_data=bytes_data, close=close)
+
+    monkeypatch.setattr(ShopperConsumer, "send", send)
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("how long does delivery take?")
+    frames = await shopper.until("stream.start")
+    assert frames[-1]["route"] == "faq"
+    assert await shopper.comm.receive_nothing(timeout=1)  # nothing more is sent to it, and no crash
+    await shopper.close()
+    again = await make_client()
+    assert (await again.hello())["type"] == "conversation"  # the slot was given back

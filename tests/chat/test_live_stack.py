@@ -61,3 +61,27 @@ async def test_redis_and_postgres_two_workers_share_a_conversation(live_kefu, re
     assert [f for f in frames_b if f["type"] != "stream.delta"] == [f for f in frames_a if f["type"] != "stream.delta"]
     assert "".join(f["text"] for f in frames_b if f["type"] == "stream.delta") == frames_a[-1]["text"]
     assert frames_a[-1]["text"].startswith("Orders ship within 1 business day")
+
+
+async def test_sockets_closed_mid_answer_give_their_slot_back(live_kefu):
+    """A shopper who closes the tab while an answer streams must not use up the per-address
+    socket budget (3 here): after 24 such closes a new socket is still served, and every answer was
+    stored whole."""
+    kefu = live_kefu(env={"KEFU_MAX_SOCKETS_PER_IP": "3"})
+    conversations = []
+
+    async def one() -> None:
+        ws = await websockets.connect(kefu.ws, origin=kefu.base)
+        await ws.send(json.dumps({"type": "hello"}))
+        conversations.append(json.loads(await ws.recv()))
+        await ws.send(json.dumps({"type": "message", "client_id": str(uuid.uuid4()), "text": "how long does delivery take?"}))
+        await recv_until(ws, "stream.delta")
+        ws.transport.abort()  # the tab is gone: no closing handshake, frames still on their way
+
+    for _ in range(12):
+        await asyncio.gather(*(one() for _ in range(2)))
+    async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
+        await ws.send(json.dumps({"type": "hello", "conversation": conversations[-1]["id"], "token": conversations[-1]["token"]}))
+        assert json.loads(await ws.recv())["type"] == "conversation"
+        replay = [json.loads(await ws.recv()) for _ in range(2)]
+        assert replay[1]["role"] == "bot" and replay[1]["text"].startswith("Orders ship within 1 business day")

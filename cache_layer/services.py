@@ -13,7 +13,7 @@ Settings read (``getattr(settings, name, default)``):
 - ``KEFU_CACHE_TTL_S`` (604800 = 7 days): absolute lifetime of an entry;
 - ``KEFU_CACHE_MAX_ENTRIES`` (100000): size bound over all scopes, oldest evicted first;
 - ``KEFU_CACHE_SEMANTIC_THRESHOLD`` (0.93): cosine needed for a semantic hit (measured, see
-  ``tests/cache_layer/measure_guard.py``);
+  ``bench/cache_guard_eval.py``);
 - ``KEFU_CACHE_GUARD_MAX_EXTRA`` (1): content words one question may add (see ``similarity.guard``);
 - ``KEFU_CACHE_SEMANTIC_CANDIDATES`` (5): above-threshold neighbours tried against the guard.
 """

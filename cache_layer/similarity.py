@@ -1,6 +1,6 @@
 """The guard beyond cosine: two questions may share a cached answer only if their key terms agree.
 
-Measured here (../shared/STYLE.md, and ``tests/cache_layer/measure_guard.py``): look-alike questions
+Measured here (../shared/STYLE.md, and ``bench/cache_guard_eval.py``): look-alike questions
 that need different answers ("cancel my order" / "cancel my subscription", "I was charged twice" /
 "I was never charged") score a HIGHER cosine than many true paraphrases, so no cosine threshold
 alone separates them. :func:`guard` therefore blocks a semantic hit when
@@ -130,7 +130,7 @@ def key_terms(text: str) -> KeyTerms:
 
 
 #: Content words one question may have beyond the other (none may be substituted). Chosen by
-#: ``tests/cache_layer/measure_guard.py``; see the figures in that script's docstring.
+#: ``bench/cache_guard_eval.py``; see the figures in that script's docstring.
 DEFAULT_MAX_EXTRA = 1
 
 

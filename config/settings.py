@@ -170,12 +170,12 @@ KEFU_TIERS = {
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
-# --- Answer cache (remote-model answers only; docs/cache.md). Threshold: tests/cache_layer/measure_guard.py.
+# --- Answer cache (remote-model answers only). Threshold: bench/cache_guard_eval.py.
 KEFU_CACHE_ENABLED = env.bool("KEFU_CACHE_ENABLED", default=True)
 KEFU_CACHE_TTL_S = env.int("KEFU_CACHE_TTL_S", default=7 * 24 * 3600)
 KEFU_CACHE_MAX_ENTRIES = env.int("KEFU_CACHE_MAX_ENTRIES", default=100_000)
-KEFU_CACHE_SEMANTIC_THRESHOLD = env.float("KEFU_CACHE_SEMANTIC_THRESHOLD", default=0.93)
-KEFU_CACHE_GUARD_MAX_EXTRA = env.int("KEFU_CACHE_GUARD_MAX_EXTRA", default=1)
+KEFU_CACHE_SEMANTIC_THRESHOLD = env.float("KEFU_CACHE_SEMANTIC_THRESHOLD", default=0.95)
+KEFU_CACHE_GUARD_MAX_EXTRA = env.int("KEFU_CACHE_GUARD_MAX_EXTRA", default=0)
 KEFU_CACHE_SEMANTIC_CANDIDATES = env.int("KEFU_CACHE_SEMANTIC_CANDIDATES", default=5)
 KEFU_CONTEXT_TURNS = env.int("KEFU_CONTEXT_TURNS", default=5)
 KEFU_LLM_CONNECT_TIMEOUT_S = env.float("KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)

@@ -43,8 +43,18 @@ async def test_repeat_is_an_exact_hit_and_records_the_saving(make_client, faq, r
 async def test_paraphrase_is_a_semantic_hit(make_client, faq, remote):
     remote.push(Behaviour(text="Yes, it has an inline dimmer."))
     await ask(make_client, LAMP_Q)
-    hit = await ask(make_client, "Does the walnut floor lamp have a dimmer switch?")
+    hit = await ask(make_client, "Does the floor lamp in walnut come with a dimmer switch?")
     assert hit["route"] == "cache.semantic" and hit["text"] == "Yes, it has an inline dimmer."
+    assert len(remote.requests) == 1
+
+
+async def test_paraphrase_with_other_content_words_is_not_served(make_client, faq, remote):
+    # The guard (KEFU_CACHE_GUARD_MAX_EXTRA=0) refuses a hit when one question has a content word
+    # the other lacks: safer against look-alikes, at the price of fewer hits (bench/README.md).
+    remote.push(Behaviour(text="Yes, it has an inline dimmer."), Behaviour(text="It has a foot switch."))
+    await ask(make_client, LAMP_Q)
+    other = await ask(make_client, "Does the walnut floor lamp have a foot switch?")
+    assert other["route"] == "llm.simple" and other["text"] == "It has a foot switch."
 
 
 async def test_look_alike_is_never_served_the_other_answer(make_client, faq, remote):

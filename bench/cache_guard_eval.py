@@ -2,7 +2,7 @@
 
 A script run by hand, not a test:
 
-    .venv/bin/python tests/cache_layer/measure_guard.py [--qqp-neg 3000] [--qqp-pos 1500] [--bitext 1500]
+    .venv/bin/python bench/cache_guard_eval.py [--qqp-neg 3000] [--qqp-pos 1500] [--bitext 1500]
 
 Pairs (read from ../shared/data at run time; no row is copied into the project):
 - QQP (``qqp/qqp_pairs_public.jsonl``): label 0 = different questions (must not hit), label 1 =
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 

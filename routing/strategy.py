@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
+from django.db import close_old_connections
 
 from chat.models import Conversation, Message
 from chat.selectors import history_for_prompt
@@ -97,37 +98,61 @@ def _provider(tier: str) -> Provider:
     )
 
 
-def _classify(text: str, locale: str) -> tuple[object, object]:
-    """(FAQ match, scope verdict); the scope check (a second embedding) only runs when the FAQ
-    does not answer."""
-    model, scope = registry.model, registry.scope
-    match = model.match(text, locale=locale) if model is not None else None
-    if match is not None and match.accepted:
-        return match, None
-    if scope is None:
-        return match, None
-    # The FAQ model embedded the normalised text a moment ago: the embedder's LRU gives it back
-    # for free. Measured: the scope verdicts on normalised and raw text agree (600 Bitext
-    # questions: 0 declined either way; CLINC oos_val: 78% vs 77% declined).
-    from .faq_model import normalise_text
+@dataclass
+class Classified:
+    """What routing learns from a message's text alone (computed off the event loop, possibly
+    while the message is still being stored): the FAQ match, the scope verdict and, for a
+    message headed for the remote model, its grounding and any answer-cache hit."""
 
-    norm = normalise_text(text)
-    if not norm:
-        return match, scope.classify(text)
-    vec = get_embedder().embed([norm])[0]
-    return match, scope.classify_vector(vec, text=text)
+    match: object = None
+    verdict: object = None
+    remote: tuple[list[tuple[str, str]], list[int], np.ndarray | None] | None = None
+    cache_scope: str = ""
+    hit: object = None
+
+
+def _classify(text: str, locale: str) -> Classified:
+    """Classify ``text`` (blocking; run in a worker thread). The scope check reuses the FAQ
+    model's embedding; grounding and the cache lookup run only when a remote model would answer."""
+    model, scope = registry.model, registry.scope
+    out = Classified()
+    out.match = model.match(text, locale=locale) if model is not None else None
+    if out.match is not None and out.match.accepted:
+        return out
+    if scope is not None:
+        # The FAQ model embedded the normalised text a moment ago: the embedder's LRU gives it
+        # back for free. Measured: the scope verdicts on normalised and raw text agree (600
+        # Bitext questions: 0 declined either way; CLINC oos_val: 78% vs 77% declined).
+        from .faq_model import normalise_text
+
+        norm = normalise_text(text)
+        if not norm:
+            out.verdict = scope.classify(text)
+        else:
+            out.verdict = scope.classify_vector(get_embedder().embed([norm])[0], text=text)
+    if getattr(out.verdict, "out_of_scope", False) or wants_human(text) or not tier_configured("simple"):
+        return out
+    out.remote = _grounding(text, locale)
+    out.cache_scope = _cache_scope(locale=locale, tier="simple")
+    if settings.KEFU_CACHE_ENABLED:
+        from cache_layer import services as cache
+
+        close_old_connections()  # this worker thread keeps its own connection, within CONN_MAX_AGE
+        out.hit = cache.lookup(question=text, scope=out.cache_scope, embedding=out.remote[2])
+    return out
 
 
 # Classifications started when a message arrives, before it is stored (see ``prefetch``):
 # (text, locale) -> future of ``_classify``. Entries are consumed by ``decide`` or dropped after
 # PREFETCH_TTL_S (e.g. when an agent holds the conversation and the bot never decides).
-_prefetched: dict[tuple[str, str], asyncio.Future[tuple[object, object]]] = {}
+_prefetched: dict[tuple[str, str], asyncio.Future[Classified]] = {}
 PREFETCH_TTL_S = 30.0
 
 
 def prefetch(*, text: str, conversation_locale: str) -> None:
     """Start classifying ``text`` off the event loop now, so that the embedding (the slowest step
-    of routing, ~10-15 ms on 2 cores) overlaps the database writes that store the message."""
+    of routing, ~10-15 ms on 2 cores) and the cache lookup overlap the database writes that store
+    the message."""
     locale = detect_locale(text, conversation_locale)
     key = (text, locale)
     if key in _prefetched or registry.model is None:
@@ -137,7 +162,7 @@ def prefetch(*, text: str, conversation_locale: str) -> None:
     loop.call_later(PREFETCH_TTL_S, _prefetched.pop, key, None)
 
 
-async def _classified(text: str, locale: str) -> tuple[object, object]:
+async def _classified(text: str, locale: str) -> Classified:
     future = _prefetched.pop((text, locale), None)
     if future is not None:
         try:
@@ -153,7 +178,8 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
     locale = detect_locale(text, conversation.locale)
     asks_for_person = wants_human(text)
 
-    match, verdict = await _classified(text, locale)
+    classified = await _classified(text, locale)
+    match, verdict = classified.match, classified.verdict
     if match is not None and getattr(match, "accepted", False):
         entry = registry.entries.get(match.entry_id)  # type: ignore[attr-defined]
         if entry is not None:
@@ -171,19 +197,17 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
     if verdict is not None and getattr(verdict, "out_of_scope", False):
         return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
 
-    if tier_configured("simple"):
+    if tier_configured("simple") and classified.remote is not None:
         tier = "simple"
-        cache_scope = _cache_scope(locale=locale, tier=tier)
-        (grounding, grounded_on, vector), history, hit = await asyncio.gather(
-            asyncio.to_thread(_grounding, text, locale),
-            _history(conversation, message),
-            _cache_lookup(text=text, scope=cache_scope),
-        )
+        cache_scope = classified.cache_scope
+        grounding, grounded_on, vector = classified.remote
+        hit = classified.hit
         if hit is not None:
             return Decision(
                 route=hit.route, locale=locale, tier=tier, text=hit.answer,
                 reason=f"{hit.route} similarity={hit.similarity:.3f} entry={hit.entry_id}",
             )
+        history = await _history(conversation, message)
         messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale)
         return Decision(
             route=f"llm.{tier}", locale=locale, tier=tier, provider=_provider(tier),
@@ -222,24 +246,6 @@ def _cache_scope(*, locale: str, tier: str) -> str:
 
     return scope_key(store=settings.KEFU_STORE_NAME, locale=locale, tier=tier,
                      faq_version="per-answer", prompt_version=context.SYSTEM_PROMPT_VERSION)
-
-
-async def _cache_lookup(*, text: str, scope: str) -> object | None:
-    """A cached remote answer for ``text`` (exact, then semantic + guard), or None."""
-    if not settings.KEFU_CACHE_ENABLED:
-        return None
-    from channels.db import database_sync_to_async
-
-    from cache_layer import services as cache
-    from .faq_model import normalise_text
-
-    norm = normalise_text(text)
-
-    def run() -> object | None:
-        vector = get_embedder().embed([norm])[0] if norm else None
-        return cache.lookup(question=text, scope=scope, embedding=vector)
-
-    return await database_sync_to_async(run)()
 
 
 async def _history(conversation: Conversation, message: Message) -> list[tuple[str, str]]:

@@ -106,7 +106,7 @@ async def _cache_store(*, message: Message, decision: strategy.Decision, text: s
         log.exception("storing answer %s in the cache failed", message.pk)
 
 
-def _chunks(text: str, size: int = 24) -> list[str]:
+def _chunks(text: str, size: int = 40) -> list[str]:
     """Split a fixed answer into stream deltas of about ``size`` code points, on spaces where possible."""
     out: list[str] = []
     start = 0

@@ -5,6 +5,7 @@ Lengths are counted in Unicode code points (``len`` of a Python ``str``).
 """
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -108,6 +109,21 @@ def parse_uuid(value: Any) -> uuid.UUID | None:
         return None
 
 
+def _encodable(value: str) -> bool:
+    """False for strings JSON can carry but UTF-8 cannot (lone surrogates such as "\\ud800")."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` holds only whitespace and invisible format characters (zero-width
+    space, BOM, joiners: Unicode category Cf)."""
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+
+
 def validate_message(content: dict[str, Any], *, max_chars: int) -> tuple[str, str]:
     """Check a client ``message`` frame; returns ``(client_id, text)``.
 
@@ -118,10 +134,14 @@ def validate_message(content: dict[str, Any], *, max_chars: int) -> tuple[str, s
     client_id = content.get("client_id")
     if not isinstance(client_id, str) or not client_id.strip() or len(client_id) > CLIENT_ID_MAX:
         raise ProtocolError("invalid", f"client_id must be a non-empty string of at most {CLIENT_ID_MAX} characters")
+    if not _encodable(client_id):
+        raise ProtocolError("invalid", "client_id is not valid Unicode (lone surrogate)")
     text = content.get("text")
     if not isinstance(text, str):
         raise ProtocolError("invalid", "text must be a string", client_id)
-    if not text.strip():
+    if not _encodable(text):
+        raise ProtocolError("invalid", "text is not valid Unicode (lone surrogate)", client_id)
+    if is_blank(text):
         raise ProtocolError("invalid", "text is blank", client_id)
     if len(text) > max_chars:
         raise ProtocolError("too_long", f"text is {len(text)} characters; the limit is {max_chars}", client_id)

@@ -296,3 +296,41 @@ async def test_frame_to_a_vanished_socket_neither_crashes_nor_leaks_its_slot(mak
     await shopper.close()
     again = await make_client()
     assert (await again.hello())["type"] == "conversation"  # the slot was given back
+
+
+async def test_burst_of_messages_gets_every_ack_and_answer_in_order(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    # ~40 answers of several frames each: more than the channel layer's default capacity of 100
+    questions = ["how long does delivery take?", "can I pay with paypal?", "what is your return policy?"] * 14
+    for q in questions:
+        await shopper.say(q)
+    acks, ends = [], []
+    while len(ends) < len(questions):
+        f = await shopper.recv(timeout=30)
+        if f["type"] == "message":
+            acks.append(f["seq"])
+        elif f["type"] == "stream.end":
+            ends.append(f)
+    assert len(acks) == len(questions)
+    assert [e["route"] for e in ends] == ["faq"] * len(questions)
+    # each answer follows its question: answers are in seq order and alternate with the questions
+    assert [e["seq"] for e in ends] == sorted(e["seq"] for e in ends)
+    rows = await stored(shopper.conversation)
+    assert sum(m.role == "bot" for m in rows) == sum(m.role == "shopper" for m in rows) == len(questions)
+
+
+@pytest.mark.parametrize("raw", [
+    '{"type": "message", "client_id": "x", "text": "\\ud800 lone"}',
+    '{"type": "message", "client_id": "\\udfff", "text": "hello"}',
+    '{"type": "message", "client_id": "x", "text": "\\u200b\\ufeff"}',
+])
+async def test_unstorable_or_invisible_text_is_invalid_and_socket_stays(make_client, faq, raw):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.comm.send_to(text_data=raw)
+    err = await shopper.recv()
+    assert err["type"] == "error" and err["code"] == "invalid"
+    await shopper.say("can I pay by card?")
+    assert (await shopper.until("stream.end"))[-1]["route"] == "faq"
+    assert [m.role for m in await stored(shopper.conversation)] == ["shopper", "bot"]

@@ -85,3 +85,25 @@ async def test_sockets_closed_mid_answer_give_their_slot_back(live_kefu):
         assert json.loads(await ws.recv())["type"] == "conversation"
         replay = [json.loads(await ws.recv()) for _ in range(2)]
         assert replay[1]["role"] == "bot" and replay[1]["text"].startswith("Orders ship within 1 business day")
+
+
+async def test_burst_of_messages_over_a_real_socket_loses_nothing(live_kefu):
+    """40 messages sent back to back: every acknowledgement and every answer reaches the socket
+    (more frames than the channel layer's default queue capacity of 100)."""
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "routing" / "demo" / "faq_demo.jsonl"
+    kefu = live_kefu(faq_path=demo)  # long answers: many frames each
+    async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
+        await ws.send(json.dumps({"type": "hello"}))
+        json.loads(await ws.recv())
+        questions = ["how long does delivery take?", "my lamp arrived broken"] * 20
+        for q in questions:
+            await ws.send(json.dumps({"type": "message", "client_id": str(uuid.uuid4()), "text": q}))
+        acks = ends = 0
+        async with asyncio.timeout(60):
+            while ends < len(questions):
+                f = json.loads(await ws.recv())
+                acks += f["type"] == "message"
+                ends += f["type"] == "stream.end"
+        assert acks == len(questions) and ends == len(questions)

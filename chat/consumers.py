@@ -1,4 +1,4 @@
-"""The shopper WebSocket ``/ws/chat/`` (protocol 1; CONTRACT.md, docs/protocol.md).
+"""The shopper WebSocket ``/ws/chat/`` (protocol 1; docs/protocol.md).
 
 The consumer holds no business rules: it validates frames, calls ``chat.services`` to store,
 ``chat.answering`` to get an answer going, and relays the conversation group's frames, dropping

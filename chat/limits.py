@@ -1,4 +1,4 @@
-"""Per-address limits of the shopper socket (CONTRACT.md "Limits"): sockets held at once and
+"""Per-address limits of the shopper socket (docs/protocol.md, limits): sockets held at once and
 messages per minute. Message rate uses the ``limits`` library's moving window (in memory, or in
 Redis when ``REDIS_URL`` is set, so all workers share one budget); the socket count is per process.
 """

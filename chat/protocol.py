@@ -1,5 +1,5 @@
-"""Every frame of the shopper WebSocket ``/ws/chat/`` (protocol 1, see docs/protocol.md and
-CONTRACT.md) as a ``TypedDict``, plus the validation of client frames.
+"""Every frame of the shopper WebSocket ``/ws/chat/`` (protocol 1, see
+docs/protocol.md) as a ``TypedDict``, plus the validation of client frames.
 
 Lengths are counted in Unicode code points (``len`` of a Python ``str``).
 """

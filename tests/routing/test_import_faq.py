@@ -88,11 +88,30 @@ def test_csv_bad_row_reports_its_line(tmp_path, capsys):
     assert FaqEntry.objects.count() == 1
 
 
-def test_not_utf8_file_is_a_clear_error(tmp_path):
+def test_a_jsonl_line_that_is_not_utf8_costs_only_that_line(tmp_path, capsys):
     f = tmp_path / "faq.jsonl"
-    f.write_bytes('{"question": "caf\xe9", "answer": "x"}\n'.encode("latin-1"))
-    with pytest.raises(CommandError, match="not UTF-8"):
+    f.write_bytes(b'{"intent": "a", "question": "A?", "answer": "a"}\n'
+                  + '{"intent": "b", "question": "caf\xe9?", "answer": "b"}\n'.encode("latin-1")
+                  + b'{"intent": "c", "question": "C?", "answer": "c"}\n')
+    with pytest.raises(SystemExit):
         call_command("import_faq", str(f))
+    assert ":2: not UTF-8 text" in capsys.readouterr().err
+    assert sorted(FaqEntry.objects.values_list("intent", flat=True)) == ["a", "c"]
+
+
+def test_csv_that_is_not_utf8_names_the_line(tmp_path):
+    f = tmp_path / "faq.csv"
+    f.write_bytes(b"question,answer\nA?,a\n" + "caf\xe9?,b\n".encode("latin-1"))
+    with pytest.raises(CommandError, match="not UTF-8.*line 3"):
+        call_command("import_faq", str(f))
+    assert FaqEntry.objects.count() == 0
+
+
+def test_non_string_question_is_named_as_such(tmp_path, capsys):
+    f = write_jsonl(tmp_path / "faq.jsonl", [{"intent": "n", "question": 123, "answer": "x"}])
+    with pytest.raises(SystemExit):
+        call_command("import_faq", str(f))
+    assert ":1: 'question' must be a string, not int" in capsys.readouterr().err
 
 
 def test_if_empty_skips_a_store_that_has_a_faq(tmp_path):

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from channels.db import database_sync_to_async
 
 from routing import strategy
+from routing.resilience import stream_with_fallback
 from routing.providers.base import ProviderError, StreamDone, TextDelta
 
 from . import events, services, streams
@@ -141,7 +142,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     source: AsyncIterator[TextDelta | StreamDone]
     first: asyncio.Future[TextDelta | StreamDone] | None = None
     if decision.request is not None and decision.provider is not None:
-        source = decision.provider.stream(decision.request)
+        source = stream_with_fallback(decision)
         # Open the upstream request now, while the bot row is written: saves a DB round trip of TTFT.
         first = asyncio.ensure_future(anext(source))
     else:
@@ -207,6 +208,8 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     elif failure is not None:
         cut = True
 
+    if route.startswith("llm.") and decision.route.startswith("llm."):
+        route = decision.route  # a fallback may have changed the tier (stream.end is authoritative)
     record = strategy.answer_record(decision=decision, route=route, text=text, done=done, ttft_ms=ttft_ms,
                                     latency_ms=(time.time() - received_at) * 1000, cut=cut)
     bot = await database_sync_to_async(services.bot_message_finish)(message_id=bot.pk, record=record)

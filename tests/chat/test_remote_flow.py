@@ -64,7 +64,8 @@ async def test_prompt_is_grounded_and_keeps_last_turns(make_client, faq, remote,
 
 
 async def test_failure_before_first_token_falls_back_to_handoff(make_client, faq, remote):
-    remote.push(Behaviour(status=500))
+    # every tier fails, retry included (3 tiers x 2 attempts): a person takes over
+    remote.push(*[Behaviour(status=500)] * 6)
     shopper = await make_client()
     await shopper.hello()
     await shopper.say(PRODUCT_Q)
@@ -73,6 +74,44 @@ async def test_failure_before_first_token_falls_back_to_handoff(make_client, faq
     assert end["route"] == "handoff" and not end.get("cut")
     assert end["text"] == deltas(frames) and "person" in end["text"]
     assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+    assert [r["model"] for r in remote.requests] == ["fake-simple"] * 2 + ["fake-medium"] * 2 + ["fake-complex"] * 2
+
+
+async def test_429_is_retried_after_retry_after_then_answers(make_client, faq, remote):
+    remote.push(Behaviour(status=429, retry_after=0.2), Behaviour(text="Yes, it dims."))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(PRODUCT_Q)
+    frames = await shopper.until("stream.end")
+    assert frames[-1]["route"] == "llm.simple" and frames[-1]["text"] == "Yes, it dims."
+    assert [r["model"] for r in remote.requests] == ["fake-simple", "fake-simple"]
+
+
+async def test_failing_tier_falls_back_to_the_next_one(make_client, faq, remote):
+    remote.push(Behaviour(status=503), Behaviour(status=503),
+                Behaviour(text="It has a dimmer.", prompt_tokens=1000, completion_tokens=200))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(PRODUCT_Q)
+    frames = await shopper.until("stream.end")
+    start, end = frames[1], frames[-1]
+    assert start["route"] == "llm.simple"  # what was tried first
+    assert end["route"] == "llm.medium" and end["model"] == "fake-medium"  # stream.end is authoritative
+    assert end["text"] == "It has a dimmer."
+    # gemini-2.5-flash list prices: 1000 x $0.30/M + 200 x $2.50/M = $0.0008
+    assert end["usage"]["cost_usd"] == 0.0008
+    row = await database_sync_to_async(Message.objects.get)(pk=end["id"])
+    assert row.route == "llm.medium" and row.cost_usd == Decimal("0.000800")
+
+
+async def test_permanent_error_is_not_retried(make_client, faq, remote):
+    remote.push(Behaviour(status=400), Behaviour(text="From the medium tier."))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(PRODUCT_Q)
+    end = (await shopper.until("stream.end"))[-1]
+    assert end["route"] == "llm.medium" and end["text"] == "From the medium tier."
+    assert [r["model"] for r in remote.requests] == ["fake-simple", "fake-medium"]
 
 
 async def test_stream_cut_after_first_token_is_stored_as_cut_with_error(make_client, faq, remote):

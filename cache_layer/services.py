@@ -126,24 +126,48 @@ def _scope_stamp(scope: str) -> tuple[int, int]:
     return int(agg["n"] or 0), int(agg["m"] or 0)
 
 
-def _scope_index(scope: str) -> _ScopeIndex:
-    """The scope's index, reloaded from the database when its (count, max id) changed."""
-    stamp = _scope_stamp(scope)
-    idx = _indexes.get(scope)
-    if idx is not None and idx.stamp == stamp:
-        return idx
-    rows = list(
-        CachedAnswer.objects.filter(scope=scope, embedding__isnull=False).values_list("id", "question", "embedding")
-    )
+def _rows_to_index(rows: list[tuple[int, str, bytes]], stamp: tuple[int, int]) -> _ScopeIndex:
     vec_list = [np.frombuffer(bytes(r[2]), dtype=np.float32) for r in rows]
     dim = vec_list[0].shape[0] if vec_list else 0
     keep = [i for i, v in enumerate(vec_list) if v.shape[0] == dim]  # a model swap leaves odd rows
-    idx = _ScopeIndex(
+    return _ScopeIndex(
         stamp=stamp,
         ids=np.array([rows[i][0] for i in keep], dtype=np.int64),
         questions=[rows[i][1] for i in keep],
         vecs=np.vstack([vec_list[i] for i in keep]) if keep else np.zeros((0, 0), dtype=np.float32),
     )
+
+
+def _scope_index(scope: str) -> _ScopeIndex:
+    """The scope's index, brought up to date with the database: entries added since it was loaded
+    are appended (one query for the new rows only, so a store does not cost the next lookup a
+    reload of the whole scope); after a deletion the scope is reloaded."""
+    stamp = _scope_stamp(scope)
+    idx = _indexes.get(scope)
+    if idx is not None and idx.stamp == stamp:
+        return idx
+    if idx is not None and stamp[1] > idx.stamp[1]:
+        new_rows = list(
+            CachedAnswer.objects.filter(scope=scope, id__gt=idx.stamp[1], embedding__isnull=False)
+            .order_by("id").values_list("id", "question", "embedding")
+        )
+        if idx.stamp[0] + len(new_rows) == stamp[0]:  # only additions since the last load
+            added = _rows_to_index(new_rows, stamp)
+            if len(idx.ids) == 0 or (added.vecs.size and added.vecs.shape[1] == idx.vecs.shape[1]):
+                merged = _ScopeIndex(
+                    stamp=stamp,
+                    ids=np.concatenate([idx.ids, added.ids]),
+                    questions=idx.questions + added.questions,
+                    vecs=np.vstack([idx.vecs, added.vecs]) if len(idx.ids) else added.vecs,
+                )
+                with _indexes_lock:
+                    _indexes[scope] = merged
+                return merged
+    rows = list(
+        CachedAnswer.objects.filter(scope=scope, embedding__isnull=False)
+        .order_by("id").values_list("id", "question", "embedding")
+    )
+    idx = _rows_to_index(rows, stamp)
     with _indexes_lock:
         _indexes[scope] = idx
     return idx

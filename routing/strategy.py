@@ -40,6 +40,35 @@ HUMAN_EN = re.compile(
 )
 HUMAN_ZH = re.compile(r"人工|真人|转接|客服人员|找客服|接线员")
 
+# Pure small talk: a greeting, thanks or goodbye and nothing else. The bot answers it itself
+# (route ``decline``: no FAQ, no remote model, no person) instead of queueing it for an agent.
+SMALL_TALK = re.compile(
+    r"^\s*(hi+|hello+|hey+|hiya|good (morning|afternoon|evening)|thanks?( you)?( (so|very) much)?|thank u|thx|ty|"
+    r"cheers|ok(ay)?( thanks?)?|bye+|goodbye|see you|你好|您好|嗨|哈喽|在吗|在不在|谢谢(你|您)?|多谢|好的(谢谢)?|再见|拜拜)"
+    r"[\s!！.。,，~～?？]*(there|kefu|team)?[\s!！.。~～?？]*$",
+    re.IGNORECASE,
+)
+
+
+def small_talk_reply(text: str, locale: str) -> str | None:
+    """The bot's own reply to a message that is only a greeting, thanks or goodbye; else None."""
+    if not SMALL_TALK.match(text):
+        return None
+    low = text.strip().lower()
+    thanks = any(w in low for w in ("thank", "thx", "cheers", "谢", "ty"))
+    bye = any(w in low for w in ("bye", "see you", "再见", "拜拜"))
+    if locale == "zh":
+        if bye:
+            return "再见！有问题随时回来问我。"
+        if thanks:
+            return "不客气！还有其他问题随时问我。"
+        return "您好！我可以帮您解答商品、订单、配送、退换货和付款方面的问题。请问有什么可以帮您？"
+    if bye:
+        return "Goodbye! Come back any time you have a question."
+    if thanks:
+        return "You're welcome! Ask me anything else any time."
+    return "Hello! I can help with products, orders, shipping, returns and payments. What can I do for you?"
+
 
 def detect_locale(text: str, fallback: str = "en") -> str:
     """``zh`` when the text holds Chinese characters, ``en`` when it holds Latin letters, else ``fallback``."""
@@ -203,6 +232,9 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
             )
     if asks_for_person:
         return handoff_decision(locale=locale, reason="shopper asked for a person")
+    reply = small_talk_reply(text, locale)
+    if reply is not None:
+        return Decision(route="decline", locale=locale, text=reply, reason="small talk")
     if verdict is not None and getattr(verdict, "out_of_scope", False):
         return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
 

@@ -334,3 +334,19 @@ async def test_unstorable_or_invisible_text_is_invalid_and_socket_stays(make_cli
     await shopper.say("can I pay by card?")
     assert (await shopper.until("stream.end"))[-1]["route"] == "faq"
     assert [m.role for m in await stored(shopper.conversation)] == ["shopper", "bot"]
+
+
+@pytest.mark.parametrize("text, reply", [
+    ("hello", "Hello! I can help with products, orders, shipping, returns and payments. What can I do for you?"),
+    ("Thanks!", "You're welcome! Ask me anything else any time."),
+    ("谢谢", "不客气！还有其他问题随时问我。"),
+])
+async def test_small_talk_is_answered_by_the_bot_not_queued_for_a_person(make_client, faq, text, reply):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(text)
+    end = (await shopper.until("stream.end"))[-1]
+    assert end["route"] == "decline" and end["text"] == reply
+    assert await shopper.comm.receive_nothing(timeout=0.3)  # no status frame: nobody was paged
+    conv = await database_sync_to_async(Conversation.objects.get)(pk=shopper.conversation)
+    assert conv.status == "bot"

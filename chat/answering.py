@@ -55,13 +55,6 @@ def kick(conversation_id: uuid.UUID) -> None:
     _running[conversation_id] = asyncio.get_running_loop().create_task(_drain(conversation_id))
 
 
-async def wait_idle(conversation_id: uuid.UUID) -> None:
-    """Wait until the conversation's answering loop (if any) has finished (for tests and shutdown)."""
-    task = _running.get(conversation_id)
-    if task is not None:
-        await asyncio.shield(task)
-
-
 async def _drain(conversation_id: uuid.UUID) -> None:
     try:
         while True:
@@ -155,12 +148,23 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     await events.publish(cid, {"type": "stream.start", "id": bot.pk, "seq": bot.seq, "role": "bot", "route": decision.route})
 
     parts: list[str] = []
-    pos = 0
+    sent = 0  # code points streamed so far
     ttft_ms: float | None = None
+
+    async def emit(piece: str) -> None:
+        """Send one delta; ``pos`` (code points before it) lets a socket that joined mid-stream
+        drop what it already has."""
+        nonlocal sent, ttft_ms
+        if ttft_ms is None:
+            ttft_ms = (time.time() - received_at) * 1000
+        await streams.append(message_id=bot.pk, text=piece)
+        await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=sent)
+        parts.append(piece)
+        sent += len(piece)
+
     done: StreamDone | None = None
     failure: ProviderError | None = None
     crashed = False
-    route = decision.route
     try:
         while True:
             try:
@@ -171,17 +175,11 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
             if isinstance(item, StreamDone):
                 done = item
                 continue
-            if not item.text:
-                continue
-            if ttft_ms is None:
-                ttft_ms = (time.time() - received_at) * 1000
-            await streams.append(message_id=bot.pk, text=item.text)
-            await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": item.text}, pos=pos)
-            parts.append(item.text)
-            pos += len(item.text)
+            if item.text:
+                await emit(item.text)
     except ProviderError as e:
         failure = e
-        log.warning("remote model failed (%s, %s): %s", route, e.code, e)
+        log.warning("remote model failed (%s, %s): %s", decision.route, e.code, e)
     except Exception:  # not the provider's fault: still end the stream (stored as cut), then report
         log.exception("answer stream of message %s failed", bot.pk)
         crashed = True
@@ -192,26 +190,26 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         if aclose is not None:
             await aclose()
 
-    text = "".join(parts)
     cut = crashed
     if failure is not None and not parts:
         # Nothing reached the shopper yet: fall back to a polite handoff, streamed like any answer.
-        fallback = strategy.handoff_decision(locale=decision.locale, reason=f"remote model failed: {failure.code}")
-        route, text = fallback.route, fallback.text or ""
-        for piece in _chunks(text):
-            if ttft_ms is None:
-                ttft_ms = (time.time() - received_at) * 1000
-            await streams.append(message_id=bot.pk, text=piece)
-            await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=pos)
-            pos += len(piece)
-        decision = fallback
+        decision = strategy.handoff_decision(locale=decision.locale, reason=f"remote model failed: {failure.code}")
+        for piece in _chunks(decision.text or ""):
+            await emit(piece)
     elif failure is not None:
         cut = True
 
-    if route.startswith("llm.") and decision.route.startswith("llm."):
-        route = decision.route  # a fallback may have changed the tier (stream.end is authoritative)
-    record = strategy.answer_record(decision=decision, route=route, text=text, done=done, ttft_ms=ttft_ms,
-                                    latency_ms=(time.time() - received_at) * 1000, cut=cut)
+    # decision.route is the route that answered: a tier fallback (routing.resilience) or the
+    # handoff above changed it since stream.start, and stream.end is authoritative.
+    route, text = decision.route, "".join(parts)
+    record_args = dict(decision=decision, route=route, text=text, done=done, ttft_ms=ttft_ms,
+                       latency_ms=(time.time() - received_at) * 1000, cut=cut)
+    if route.startswith("llm.") and done is None:
+        # No usage from the upstream: tokens are counted, and the tokenizer's first load takes
+        # seconds, so not on the event loop.
+        record = await asyncio.to_thread(strategy.answer_record, **record_args)
+    else:
+        record = strategy.answer_record(**record_args)
     bot = await database_sync_to_async(services.bot_message_finish)(message_id=bot.pk, record=record)
     await streams.end(bot.pk)
     await events.publish(cid, events.stream_end_frame(bot))

@@ -30,11 +30,12 @@ CLOSE_TOO_MANY = 4429
 
 class ShopperConsumer(AsyncWebsocketConsumer):
     conversation_id: uuid.UUID | None = None
+    counted = False  # holds a slot in the per-address socket count
+    closed = False  # the socket is gone: frames for it are dropped
 
     async def connect(self) -> None:
         client = self.scope.get("client") or ("unknown", 0)
         self.address = str(client[0])
-        self.counted = False
         self.sent_ids: set[int] = set()  # message ids this socket has as finished messages
         self.stream_sent: dict[int, int] = {}  # streaming message id -> code points sent
         await self.accept()
@@ -53,7 +54,7 @@ class ShopperConsumer(AsyncWebsocketConsumer):
             await self._release()
 
     async def _release(self) -> None:
-        if getattr(self, "counted", False):
+        if self.counted:
             limits.socket_close(self.address)
             self.counted = False
         if self.conversation_id is not None and getattr(self, "channel_name", None):
@@ -67,7 +68,7 @@ class ShopperConsumer(AsyncWebsocketConsumer):
         await self._release()
 
     async def _send(self, frame: Any) -> None:
-        if getattr(self, "closed", False):
+        if self.closed:
             return
         try:
             await self.send(text_data=json.dumps(frame, ensure_ascii=False))

@@ -4,8 +4,6 @@ Redis when ``REDIS_URL`` is set, so all workers share one budget); the socket co
 """
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections import Counter
 
 from django.conf import settings
@@ -13,9 +11,22 @@ from limits import parse
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
+from .loops import PerLoop
+
 _sockets: Counter[str] = Counter()
+
+
+def _make_limiter() -> MovingWindowRateLimiter:
+    storage: Storage
+    if settings.REDIS_URL:
+        storage = RedisStorage("async+" + settings.REDIS_URL, implementation="redispy", key_prefix="kefu-limits")
+    else:
+        storage = MemoryStorage()
+    return MovingWindowRateLimiter(storage)
+
+
 # One limiter per event loop: an async Redis storage's connections belong to the loop that made them.
-_limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = weakref.WeakKeyDictionary()
+_limiters: PerLoop[MovingWindowRateLimiter] = PerLoop(_make_limiter)
 
 
 def socket_open(address: str) -> bool:
@@ -32,20 +43,7 @@ def socket_close(address: str) -> None:
         del _sockets[address]
 
 
-def _get_limiter() -> MovingWindowRateLimiter:
-    loop = asyncio.get_running_loop()
-    limiter = _limiters.get(loop)
-    if limiter is None:
-        storage: Storage
-        if settings.REDIS_URL:
-            storage = RedisStorage("async+" + settings.REDIS_URL, implementation="redispy", key_prefix="kefu-limits")
-        else:
-            storage = MemoryStorage()
-        limiter = _limiters[loop] = MovingWindowRateLimiter(storage)
-    return limiter
-
-
 async def message_allowed(address: str) -> bool:
     """Take one message from ``address``'s budget of ``KEFU_MESSAGES_PER_MINUTE_PER_IP`` a minute."""
     item = parse(f"{settings.KEFU_MESSAGES_PER_MINUTE_PER_IP}/minute")
-    return await _get_limiter().hit(item, "shopper-msg", address)
+    return await _limiters.get().hit(item, "shopper-msg", address)

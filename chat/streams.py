@@ -7,12 +7,12 @@ does not linger) and are removed when the answer ends.
 """
 from __future__ import annotations
 
-import asyncio
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+
+from .loops import PerLoop
 
 
 @dataclass
@@ -24,18 +24,20 @@ class LiveStream:
 
 
 _local: dict[int, LiveStream] = {}
+
+
+def _make_client() -> Any:
+    import redis.asyncio as aioredis
+
+    return aioredis.Redis.from_url(settings.REDIS_URL)
+
+
 # One async Redis client per event loop: a client's connections belong to the loop that made them.
-_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
+_clients: PerLoop[Any] = PerLoop(_make_client)
 
 
 def _client() -> Any:
-    loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
-    if client is None:
-        import redis.asyncio as aioredis
-
-        client = _clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL)
-    return client
+    return _clients.get()
 
 
 def _key(message_id: int) -> str:
@@ -44,17 +46,22 @@ def _key(message_id: int) -> str:
 
 async def begin(*, message_id: int, seq: int, route: str) -> None:
     if settings.REDIS_URL:
-        await _client().hset(_key(message_id), mapping={"seq": seq, "route": route, "text": ""})
-        await _client().expire(_key(message_id), 3600)
+        async with _client().pipeline(transaction=False) as pipe:
+            pipe.hset(_key(message_id), mapping={"seq": seq, "route": route})
+            pipe.expire(_key(message_id), 3600)
+            await pipe.execute()
     else:
         _local[message_id] = LiveStream(message_id, seq, route, "")
 
 
 async def append(*, message_id: int, text: str) -> None:
     if settings.REDIS_URL:
-        # One round trip: the Lua-free way is a read-modify-write; APPEND needs a plain string key.
-        await _client().append(_key(message_id) + ":text", text)
-        await _client().expire(_key(message_id) + ":text", 3600)
+        # The text lives in its own string key so APPEND can grow it; APPEND and EXPIRE go in one
+        # round trip (this runs for every delta).
+        async with _client().pipeline(transaction=False) as pipe:
+            pipe.append(_key(message_id) + ":text", text)
+            pipe.expire(_key(message_id) + ":text", 3600)
+            await pipe.execute()
     else:
         s = _local.get(message_id)
         if s is not None:

@@ -53,7 +53,7 @@ async def stream_with_fallback(decision: Decision) -> AsyncIterator[TextDelta | 
     """Stream ``decision.request``; retries and tier fallback as in the module docstring.
 
     Updates ``decision.tier``, ``decision.route`` and ``decision.request.model`` to the tier that
-    answered, and ``decision.extra["attempts"]`` to the list of ``(tier, outcome)`` tried.
+    answered.
     Raises the last ``ProviderError`` when every attempt failed, or a ``ProviderError`` with
     ``after_first_token=True`` when a stream broke after sending text.
     """
@@ -62,8 +62,6 @@ async def stream_with_fallback(decision: Decision) -> AsyncIterator[TextDelta | 
     assert decision.request is not None and decision.tier is not None
     retries = settings.KEFU_LLM_RETRIES
     deadline = time.monotonic() + settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S
-    attempts: list[tuple[str, str]] = []
-    decision.extra["attempts"] = attempts
     last: ProviderError | None = None
     for tier in fallback_tiers(decision.tier):
         request = replace(decision.request, model=settings.KEFU_TIERS[tier]["model"])
@@ -76,14 +74,11 @@ async def stream_with_fallback(decision: Decision) -> AsyncIterator[TextDelta | 
                     if isinstance(item, TextDelta) and item.text:
                         sent_text = True
                     yield item
-                attempts.append((tier, "ok"))
                 return
             except ProviderError as e:
                 if sent_text or e.after_first_token:
-                    attempts.append((tier, f"cut:{e.code}"))
                     raise
                 last = e
-                attempts.append((tier, e.code))
                 log.warning("tier %s failed before its first token (%s, attempt %d)", tier, e.code, attempt + 1)
                 if e.permanent or e.code not in RETRYABLE or attempt == retries:
                     break

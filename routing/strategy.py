@@ -100,7 +100,6 @@ class Decision:
     cache_scope: str = ""  # where a remote answer may be stored (answer cache)
     cache_vector: "np.ndarray | None" = None
     grounded_on: list[int] = field(default_factory=list)
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def handoff_decision(*, locale: str, reason: str) -> Decision:
@@ -157,26 +156,26 @@ def _classify(text: str, locale: str) -> Classified:
     out.match = model.match(text, locale=locale) if model is not None else None
     if out.match is not None and out.match.accepted:
         return out
-    if scope is not None:
-        # The FAQ model embedded the normalised text a moment ago: the embedder's LRU gives it
-        # back for free. Measured: the scope verdicts on normalised and raw text agree (600
-        # Bitext questions: 0 declined either way; CLINC oos_val: 78% vs 77% declined).
-        from .faq_model import normalise_text
+    # The FAQ model embedded the normalised text a moment ago: the embedder's LRU gives it back
+    # for free, and the scope check, the grounding and the cache all use that one vector.
+    # Measured: the scope verdicts on normalised and raw text agree (600 Bitext questions:
+    # 0 declined either way; CLINC oos_val: 78% vs 77% declined).
+    from .faq_model import normalise_text
 
-        norm = normalise_text(text)
-        if not norm:
-            out.verdict = scope.classify(text)
-        else:
-            out.verdict = scope.classify_vector(get_embedder().embed([norm])[0], text=text)
+    norm = normalise_text(text)
+    vector = get_embedder().embed([norm])[0] if norm else None
+    if scope is not None:
+        out.verdict = scope.classify(text) if vector is None else scope.classify_vector(vector, text=text)
     if getattr(out.verdict, "out_of_scope", False) or wants_human(full_text) or not tier_configured("simple"):
         return out
-    out.remote = _grounding(text, locale)
+    grounding, grounded_on = _grounding(text, locale)
+    out.remote = (grounding, grounded_on, vector)
     out.cache_scope = _cache_scope(locale=locale, tier="simple")
     if settings.KEFU_CACHE_ENABLED:
         from cache_layer import services as cache
 
         close_old_connections()  # this worker thread keeps its own connection, within CONN_MAX_AGE
-        out.hit = cache.lookup(question=full_text, scope=out.cache_scope, embedding=out.remote[2])
+        out.hit = cache.lookup(question=full_text, scope=out.cache_scope, embedding=vector)
     return out
 
 
@@ -259,17 +258,12 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
 
 
-def _grounding(text: str, locale: str, k: int = 3) -> tuple[list[tuple[str, str]], list[int], np.ndarray | None]:
+def _grounding(text: str, locale: str, k: int = 3) -> tuple[list[tuple[str, str]], list[int]]:
     """The ``k`` FAQ entries closest to ``text`` as (question, answer with placeholders filled),
-    their ids (what a cached answer is grounded on), and the message's embedding (the FAQ
-    model's normalised text, from the embedder's LRU) for the answer cache."""
-    from .faq_model import normalise_text
-
+    and their ids (what a cached answer is grounded on)."""
     model = registry.model
-    norm = normalise_text(text)
-    vector = get_embedder().embed([norm])[0] if norm else None
     if model is None:
-        return [], [], vector
+        return [], []
     out, ids = [], []
     for entry_id in model.top_entries(text, k=k, locale=locale):
         e = registry.entries.get(entry_id)
@@ -277,7 +271,7 @@ def _grounding(text: str, locale: str, k: int = 3) -> tuple[list[tuple[str, str]
             e = registry.by_intent.get((e.intent, locale), e)
             out.append((e.question, answers.fill_placeholders(e.answer)))
             ids.append(e.entry_id)
-    return out, ids, vector
+    return out, ids
 
 
 def _cache_scope(*, locale: str, tier: str) -> str:

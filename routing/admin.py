@@ -1,10 +1,11 @@
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from .faq_import import faq_entry_changed
-from .models import FaqEntry
+from .gateway import hash_key, new_key
+from .models import ApiKey, FaqEntry, UpstreamCall
 from .services import faq_changed
 
 
@@ -32,3 +33,44 @@ class FaqEntryAdmin(admin.ModelAdmin):
         for entry_id in ids:
             faq_entry_changed(entry_id)
         faq_changed()
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Gateway keys. Adding one makes the key and shows it once, in the confirmation message;
+    only its SHA-256 is kept. Untick ``active`` to revoke a key."""
+
+    list_display = ("name", "prefix", "active", "created_by", "created_at", "last_used_at")
+    list_filter = ("active",)
+    search_fields = ("name", "prefix")
+    readonly_fields = ("prefix", "created_by", "created_at", "last_used_at")
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            raw = new_key()
+            obj.prefix, obj.key_hash = raw[:12], hash_key(raw)
+            obj.created_by = request.user if request.user.is_authenticated else None
+        super().save_model(request, obj, form, change)
+        if not change:
+            messages.warning(
+                request, f"The new key for '{obj.name}' is {raw} — copy it now: it is not stored and will not be shown again."
+            )
+
+
+@admin.register(UpstreamCall)
+class UpstreamCallAdmin(admin.ModelAdmin):
+    """The cost ledger, read-only: one row per attempt to call a remote tier."""
+
+    list_display = ("created_at", "tier", "model", "attempt", "outcome", "error_code", "http_status",
+                    "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_usd", "estimated",
+                    "ttft_ms", "latency_ms", "conversation_id", "message_id", "api_key")
+    list_filter = ("outcome", "tier", "estimated", "error_code")
+    list_select_related = ("api_key",)
+    date_hierarchy = "created_at"
+    search_fields = ("model", "=conversation__id")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,10 +1,28 @@
-"""Prices and costs. Money is ``Decimal`` USD; prices are USD per million tokens, per tier, from
-``settings.KEFU_TIERS`` (defaults: the providers' list prices, see config/settings.py)."""
+"""Prices, costs and the cost ledger. Money is ``Decimal`` USD; prices are USD per million tokens,
+per tier, from ``settings.KEFU_TIERS`` (defaults: the providers' list prices, see config/settings.py).
+
+The ledger (``routing.models.UpstreamCall``) gets one row per attempt to call a remote tier,
+written by ``record_attempt`` from ``routing.resilience``. Writing never holds up an answer: the
+row is written by a background task (token counting in a worker thread, the insert through
+``database_sync_to_async``), so neither the event loop nor the next attempt's first token waits
+for it. ``flush()`` waits for the rows still being written (tests, shutdown).
+"""
 from __future__ import annotations
 
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
+
+from .providers.base import Usage
+
+log = logging.getLogger(__name__)
 
 MTOK = Decimal(1_000_000)
 USD_PLACES = Decimal("0.000001")
@@ -21,3 +39,120 @@ def cost_usd(*, tier: str, prompt_tokens: int, completion_tokens: int, cached_pr
         + Decimal(completion_tokens) * Decimal(str(t["price_output_per_mtok"]))
     ) / MTOK
     return total.quantize(USD_PLACES, rounding=ROUND_HALF_UP)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who a remote call is for, stored on its ledger rows; every field optional.
+
+    ``conversation_id``: the chat conversation (UUID); ``message_id``: the shopper message being
+    answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls.
+    """
+
+    conversation_id: uuid.UUID | None = None
+    message_id: int | None = None
+    api_key_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt as ``routing.resilience`` saw it end; ``record_attempt`` makes it a row.
+
+    ``usage`` is the API's (or the provider's estimate); when it is None and
+    ``count_messages`` is set, the call may still be billed (it reached the upstream and broke),
+    so the prompt (``count_messages``) and the text received (``received_text``) are counted
+    with the tier model's tokenizer and the row is marked estimated. None and no messages: no
+    tokens (the upstream refused with a status, or no request was sent).
+    ``ttft_ms`` / ``latency_ms``: from the attempt's start to its first text / its end.
+    """
+
+    context: CallContext
+    tier: str
+    model: str
+    attempt: int
+    outcome: str  # routing.models.Outcome value
+    usage: Usage | None = None
+    ttft_ms: float | None = None
+    latency_ms: float = 0.0
+    error_code: str = ""
+    http_status: int | None = None
+    count_messages: list[dict[str, Any]] | None = None
+    received_text: str = ""
+    started_at: datetime | None = None  # when the attempt began (aware); None: when recorded
+
+
+_writing: set[asyncio.Task[None]] = set()
+
+
+def record_attempt(attempt: Attempt, *, after: asyncio.Task[None] | None = None) -> asyncio.Task[None] | None:
+    """Write ``attempt``'s ledger row in the background (returns at once).
+
+    ``after``: the task writing the previous attempt of the same answer; this row is inserted
+    after it, so that row ids follow the attempts even when an earlier row waits for a token count.
+    A failure to write is logged, never raised: the ledger must not break an answer. Without a
+    running loop (a stream finalised by the garbage collector after its loop ended) the row is
+    lost, logged, and None is returned.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        log.error("ledger row of a %s call lost: no running event loop", attempt.tier)
+        return None
+    task = loop.create_task(_write(attempt, after))
+    _writing.add(task)
+    task.add_done_callback(_writing.discard)
+    return task
+
+
+async def flush() -> None:
+    """Wait until every row recorded so far on this loop is written."""
+    loop = asyncio.get_running_loop()
+    while pending := [t for t in _writing if t.get_loop() is loop and not t.done()]:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _usage_for(attempt: Attempt) -> Usage:
+    """The attempt's tokens; counts them (blocking: the tokenizer's first load takes seconds)
+    when the API gave none but the call may be billed."""
+    if attempt.usage is not None:
+        return attempt.usage
+    if attempt.count_messages is None:
+        return Usage(prompt_tokens=0, completion_tokens=0)
+    from .providers.openai_remote import count_tokens
+
+    return Usage(
+        prompt_tokens=count_tokens(attempt.count_messages, attempt.model),
+        completion_tokens=count_tokens(attempt.received_text, attempt.model) if attempt.received_text else 0,
+        estimated=True,
+    )
+
+
+def _insert(attempt: Attempt, usage: Usage) -> None:
+    from .models import UpstreamCall
+
+    ctx = attempt.context
+    UpstreamCall.objects.create(
+        conversation_id=ctx.conversation_id, message_id=ctx.message_id, api_key_id=ctx.api_key_id,
+        tier=attempt.tier, model=attempt.model[:100], attempt=attempt.attempt,
+        prompt_tokens=usage.prompt_tokens, cached_prompt_tokens=usage.cached_prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cost_usd=cost_usd(tier=attempt.tier, prompt_tokens=usage.prompt_tokens,
+                          completion_tokens=usage.completion_tokens, cached_prompt_tokens=usage.cached_prompt_tokens),
+        ttft_ms=attempt.ttft_ms, latency_ms=attempt.latency_ms, outcome=attempt.outcome,
+        error_code=attempt.error_code, http_status=attempt.http_status, estimated=usage.estimated,
+        created_at=attempt.started_at or timezone.now(),
+    )
+
+
+async def _write(attempt: Attempt, after: asyncio.Task[None] | None) -> None:
+    from channels.db import database_sync_to_async
+
+    try:
+        usage = attempt.usage
+        if usage is None and attempt.count_messages is not None:
+            usage = await asyncio.to_thread(_usage_for, attempt)
+        if after is not None:
+            await asyncio.wait([after])  # never raises: _write logs its own failures
+        await database_sync_to_async(_insert)(attempt, usage or _usage_for(attempt))
+    except Exception:  # the background task's edge: a lost row is logged, the answer goes on
+        log.exception("writing the ledger row of a %s call failed", attempt.tier)

@@ -1,7 +1,11 @@
-"""The store's FAQ: entries the local FAQ model is trained on (see ``routing.faq_model``)."""
+"""The store's FAQ (``FaqEntry``), the gateway's API keys (``ApiKey``) and the cost ledger (``UpstreamCall``)."""
 from __future__ import annotations
 
+from decimal import Decimal
+
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class FaqEntry(models.Model):
@@ -37,3 +41,75 @@ class FaqEntry(models.Model):
             if p:
                 seen.setdefault(p, None)
         return list(seen)
+
+
+class ApiKey(models.Model):
+    """A key for the OpenAI-compatible gateway (``POST /v1/chat/completions``), issued by staff in
+    the admin. Only the SHA-256 of the key is stored (keys are 256-bit random, so a fast hash is
+    enough: there is nothing to brute-force); the key itself is shown once, when it is made.
+    ``prefix`` (the first characters) tells keys apart in lists and logs."""
+
+    name = models.CharField(max_length=100, help_text="Who or what uses this key, e.g. 'order-status bot'.")
+    prefix = models.CharField(max_length=16, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "gateway API key"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class Outcome(models.TextChoices):
+    """How one upstream attempt ended (``UpstreamCall.outcome``)."""
+
+    OK = "ok"  # the answer streamed to its end
+    RETRIED = "retried"  # failed before its first token; the same tier was tried again
+    FELL_BACK = "fell_back"  # failed before its first token, or skipped; the next tier was tried
+    FAILED = "failed"  # failed and nothing else was tried: after the first token (cut), or the last tier
+
+
+class UpstreamCall(models.Model):
+    """The cost ledger: one row per attempt to call a remote tier (``routing.resilience``).
+
+    A tier skipped without a request (open breaker, exhausted rate limit, concurrency) gets a row
+    too, with ``error_code`` saying why and no tokens. Tokens come from the API's usage;
+    ``estimated`` marks rows whose tokens kefu counted itself (no usage reported: a stream cut,
+    a timeout). ``cost_usd`` is USD at the tier's list prices (``routing.ledger.cost_usd``).
+    ``ttft_ms`` / ``latency_ms`` are from the attempt's request to its first text / its end.
+    ``message`` is the shopper message being answered (chat), ``api_key`` the gateway key.
+    """
+
+    conversation = models.ForeignKey(
+        "chat.Conversation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    message = models.ForeignKey("chat.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls")
+    tier = models.CharField(max_length=16)
+    model = models.CharField(max_length=100, blank=True)
+    attempt = models.PositiveSmallIntegerField(default=1, help_text="1 for the first try of this tier, 2 for its retry...")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    cached_prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    ttft_ms = models.FloatField(null=True, blank=True)
+    latency_ms = models.FloatField(default=0)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    error_code = models.CharField(max_length=32, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    estimated = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True, help_text="When the attempt began.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tier", "created_at"], name="upstreamcall_tier_created")]
+
+    def __str__(self) -> str:
+        return f"{self.tier}/{self.model} {self.outcome} ${self.cost_usd}"

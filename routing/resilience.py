@@ -1,10 +1,22 @@
-"""Keep a remote answer coming when an upstream fails before its first token.
+"""Keep a remote answer coming when an upstream fails before its first token, and log every call.
 
 ``stream_with_fallback(decision)`` streams from the decision's tier; on a transient failure
 before any text was sent (429, 5xx, timeout, dropped connection) it retries the same tier with
 exponential backoff and full jitter (honouring ``retry-after``), then falls back to the next
 configured tier (simple -> medium -> complex). Nothing is retried once text has reached the
 shopper: a stream cut after its first token is the caller's to end as ``cut``.
+
+Before each attempt a tier must pass three gates, else it is skipped (the next tier is tried at
+once; the last tier waits when its gate opens before the first-token deadline):
+
+1. the upstream's own rate-limit headers (``routing.providers.ratelimits.book``): it said 0
+   requests or tokens remain until its reset;
+2. the circuit breaker of the upstream deployment (``routing.breaker``): open after
+   ``KEFU_BREAKER_FAILURES`` consecutive failures, for ``KEFU_BREAKER_COOLDOWN_S``;
+3. the tier's client-side limits (``routing.throttle``): concurrency, requests and tokens per minute.
+
+Every attempt, skipped ones included, becomes a row of the cost ledger (``routing.ledger``,
+``UpstreamCall``) with its outcome: ``ok``, ``retried``, ``fell_back`` or ``failed``.
 
 The backoff is "full jitter" from the AWS Architecture Blog, "Exponential Backoff And Jitter"
 (2015): sleep ``uniform(0, min(cap, base * 2**attempt))`` seconds.
@@ -17,11 +29,17 @@ import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.utils import timezone
 
-from .providers.base import ProviderError, StreamDone, TextDelta
+from . import breaker as breakers
+from . import ledger, throttle
+from .ledger import Attempt, CallContext
+from .providers import ratelimits
+from .providers.base import ChatRequest, Provider, ProviderError, StreamDone, TextDelta
+from .providers.ratelimits import UpstreamKey
 
 if TYPE_CHECKING:
     from .strategy import Decision
@@ -30,6 +48,10 @@ log = logging.getLogger(__name__)
 
 TIER_ORDER = ("simple", "medium", "complex")
 RETRYABLE = {"rate_limited", "server", "connection", "timeout", "malformed"}
+# Failures that say the deployment is unwell and count towards opening its breaker. Not
+# `rate_limited` (the rate-limit headers and `retry-after` handle that, for exactly as long as the
+# upstream asks) nor `bad_request` (this request's fault, not the upstream's).
+BREAKER_FAILURES = {"server", "connection", "timeout", "malformed", "auth"}
 
 
 def backoff_s(attempt: int, *, base_s: float, cap_s: float, retry_after_s: float | None) -> float:
@@ -49,43 +71,152 @@ def fallback_tiers(tier: str) -> list[str]:
     return [tier] + [t for t in order[start + 1:] if tier_configured(t)]
 
 
-async def stream_with_fallback(decision: Decision) -> AsyncIterator[TextDelta | StreamDone]:
-    """Stream ``decision.request``; retries and tier fallback as in the module docstring.
+def upstream_key(tier: str, provider: Provider, model: str) -> UpstreamKey:
+    """The (base URL, API key, model) a tier's calls go to: the provider's own key when it has
+    one (``OpenAIProvider.upstream_key``, the one its rate-limit headers are filed under), else
+    the tier's settings."""
+    own = getattr(provider, "upstream_key", None)
+    if callable(own):
+        key: UpstreamKey = own(model)
+        return key
+    cfg = settings.KEFU_TIERS[tier]
+    return (cfg.get("base_url") or "", cfg.get("api_key") or "", model)
 
+
+async def _gate(tier: str, key: UpstreamKey, request: ChatRequest) -> tuple[str, float | None] | None:
+    """Pass the three gates of the module docstring. None: the caller may call, and holds one
+    ``throttle`` slot (release it) and possibly the breaker's half-open trial (give a verdict or
+    release it). Otherwise (the skip reason, seconds until the gate may open or None)."""
+    blocked_s = ratelimits.book.blocked_for_s(key)
+    if blocked_s > 0:
+        return "upstream_limit", blocked_s
+    breaker = breakers.breaker_for(key)
+    if not breaker.allow():
+        return "circuit_open", breaker.retry_in_s()
+    refusal = await throttle.admit(tier, tokens=throttle.estimate_tokens(request.messages, request.max_tokens))
+    if refusal is not None:
+        breaker.release()
+        return refusal.reason, refusal.retry_in_s
+    return None
+
+
+async def stream_with_fallback(
+    decision: Decision, *, context: CallContext | None = None
+) -> AsyncIterator[TextDelta | StreamDone]:
+    """Stream ``decision.request``; gates, retries and tier fallback as in the module docstring.
+
+    ``context`` (conversation, shopper message, gateway key) is stored on the ledger rows.
     Updates ``decision.tier``, ``decision.route`` and ``decision.request.model`` to the tier that
-    answered.
-    Raises the last ``ProviderError`` when every attempt failed, or a ``ProviderError`` with
-    ``after_first_token=True`` when a stream broke after sending text.
+    answered (or was tried last).
+    Raises the last ``ProviderError`` when every attempt failed or was skipped, or a
+    ``ProviderError`` with ``after_first_token=True`` when a stream broke after sending text.
     """
     from .strategy import _provider
 
     assert decision.request is not None and decision.tier is not None
+    ctx = context or CallContext()
     retries = settings.KEFU_LLM_RETRIES
     deadline = time.monotonic() + settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S
     last: ProviderError | None = None
-    for tier in fallback_tiers(decision.tier):
+    writing: asyncio.Task[None] | None = None  # the previous ledger row's write (None: none, or lost)
+    tiers = fallback_tiers(decision.tier)
+    for index, tier in enumerate(tiers):
+        has_next = index < len(tiers) - 1
         request = replace(decision.request, model=settings.KEFU_TIERS[tier]["model"])
         provider = decision.provider if tier == decision.tier and decision.provider is not None else _provider(tier)
+        key = upstream_key(tier, provider, request.model)
         for attempt in range(retries + 1):
             decision.tier, decision.route, decision.request = tier, f"llm.{tier}", request
-            sent_text = False
+
+            started_at = timezone.now()
+
+            def row(outcome: str, **fields: Any) -> None:
+                """Record this attempt's ledger row (in the background, after the previous one)."""
+                nonlocal writing
+                fields.setdefault("model", request.model)
+                writing = ledger.record_attempt(
+                    Attempt(context=ctx, tier=tier, attempt=attempt + 1, outcome=outcome, started_at=started_at, **fields),
+                    after=writing,
+                )
+
+            skip = await _gate(tier, key, request)
+            while skip is not None and not has_next and skip[1] is not None and time.monotonic() + skip[1] < deadline:
+                await asyncio.sleep(skip[1])  # the last tier: its gate opens before the deadline
+                skip = await _gate(tier, key, request)
+            if skip is not None:
+                reason = skip[0]
+                log.warning("tier %s skipped: %s", tier, reason)
+                last = ProviderError(f"tier {tier} skipped: {reason}", permanent=False,
+                                     code="server" if reason == "circuit_open" else "rate_limited")
+                row("fell_back" if has_next else "failed", error_code=reason)
+                break
+
+            breaker = breakers.breaker_for(key)
+            started = time.perf_counter()
+            texts: list[str] = []
+            ttft_ms: float | None = None
+            done: StreamDone | None = None
+            verdict = False
             try:
                 async for item in provider.stream(request):
                     if isinstance(item, TextDelta) and item.text:
-                        sent_text = True
+                        if ttft_ms is None:
+                            ttft_ms = (time.perf_counter() - started) * 1000
+                        texts.append(item.text)
+                    elif isinstance(item, StreamDone):
+                        done = item
                     yield item
-                return
             except ProviderError as e:
-                if sent_text or e.after_first_token:
+                latency_ms = (time.perf_counter() - started) * 1000
+                if e.code in BREAKER_FAILURES:
+                    breaker.record_failure()
+                    verdict = True
+                # Without an HTTP status the request reached the upstream and broke (timeout,
+                # dropped connection, bad chunk): it may be billed, so its tokens are counted.
+                billed = {"count_messages": request.messages, "received_text": "".join(texts)} if e.status is None else {}
+                if texts or e.after_first_token:
+                    row("failed", ttft_ms=ttft_ms, latency_ms=latency_ms, error_code=e.code,
+                        http_status=e.status, **billed)
                     raise
                 last = e
                 log.warning("tier %s failed before its first token (%s, attempt %d)", tier, e.code, attempt + 1)
-                if e.permanent or e.code not in RETRYABLE or attempt == retries:
+                wait: float | None = None
+                if not e.permanent and e.code in RETRYABLE and attempt < retries:
+                    wait = backoff_s(attempt, base_s=settings.KEFU_LLM_RETRY_BASE_S,
+                                     cap_s=settings.KEFU_LLM_RETRY_CAP_S, retry_after_s=e.retry_after_s)
+                    if time.monotonic() + wait >= deadline:
+                        wait = None  # waiting would cost more than trying the next tier now
+                outcome = "retried" if wait is not None else "fell_back" if has_next else "failed"
+                row(outcome, latency_ms=latency_ms, error_code=e.code, http_status=e.status, **billed)
+                if wait is None:
                     break
-                wait = backoff_s(attempt, base_s=settings.KEFU_LLM_RETRY_BASE_S, cap_s=settings.KEFU_LLM_RETRY_CAP_S,
-                                 retry_after_s=e.retry_after_s)
-                if time.monotonic() + wait >= deadline:
-                    break  # waiting would cost more than trying the next tier now
                 await asyncio.sleep(wait)
+                continue
+            except BaseException as e:
+                # The caller stopped reading (GeneratorExit, cancellation) or something broke
+                # that is not the upstream's fault: the call still happened, and may be billed.
+                latency_ms = (time.perf_counter() - started) * 1000
+                if done is not None:  # stopped right after the end: a complete answer
+                    breaker.record_success()
+                    verdict = True
+                    row("ok", usage=done.usage, model=done.model or request.model, ttft_ms=done.ttft_ms,
+                        latency_ms=done.latency_ms)
+                else:
+                    abandoned = isinstance(e, (GeneratorExit, asyncio.CancelledError))
+                    row("failed", ttft_ms=ttft_ms, latency_ms=latency_ms,
+                        error_code="abandoned" if abandoned else "internal",
+                        count_messages=request.messages, received_text="".join(texts))
+                raise
+            finally:
+                throttle.release(tier)
+                if not verdict:
+                    breaker.release()
+            breaker.record_success()
+            usage = done.usage if done is not None else None
+            row("ok", usage=usage, model=(done.model if done is not None else "") or request.model,
+                ttft_ms=done.ttft_ms if done is not None else ttft_ms,
+                latency_ms=done.latency_ms if done is not None else (time.perf_counter() - started) * 1000,
+                count_messages=None if usage is not None else request.messages, received_text="".join(texts))
+            return
     assert last is not None
     raise last

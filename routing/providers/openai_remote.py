@@ -20,6 +20,10 @@ Choices that differ from the SDK's defaults, and why:
 - `base_url=None` in the config means the official endpoint, passed explicitly: the SDK would
   otherwise read `OPENAI_BASE_URL` from the environment, and settings are read in one place.
 
+- The stream is opened through `with_raw_response` so that the upstream's `x-ratelimit-*`
+  headers are read (`routing.providers.ratelimits.book`): an upstream that says it has no
+  requests or tokens left gets none until its reset.
+
 Token counting uses `bpe_openai` (tiktoken-compatible, ships its encodings in the wheel);
 `tiktoken` would try to download its encoding files and fails offline.
 """
@@ -42,6 +46,7 @@ import openai
 from openai import AsyncOpenAI, AsyncStream, Timeout, omit
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
+from routing.providers import ratelimits
 from routing.providers.base import (
     ChatRequest,
     ProviderConfig,
@@ -51,6 +56,7 @@ from routing.providers.base import (
     TextDelta,
     Usage,
 )
+from routing.providers.ratelimits import UpstreamKey
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -515,12 +521,31 @@ class OpenAIProvider:
             latency_ms=(time.perf_counter() - started) * 1000,
         )
 
+    def upstream_key(self, model: str) -> UpstreamKey:
+        """The key of `ratelimits.book` for calls of `model` through this provider."""
+        return (self.config.base_url or DEFAULT_BASE_URL, self.config.api_key, model)
+
     async def _create(
         self, client: AsyncOpenAI, request: ChatRequest
     ) -> AsyncStream[ChatCompletionChunk]:
+        """Open the stream. The response's `x-ratelimit-*` headers (of a success or of an error
+        status) go to `ratelimits.book`, so that the router holds off an exhausted upstream."""
+        key = self.upstream_key(request.model)
+        try:
+            raw = await self._create_raw(client, request)
+        except openai.APIStatusError as error:
+            ratelimits.book.observe(key, ratelimits.parse_rate_limit_headers(error.response.headers))
+            raise
+        ratelimits.book.observe(key, ratelimits.parse_rate_limit_headers(raw.headers))
+        return raw.parse()
+
+    async def _create_raw(
+        self, client: AsyncOpenAI, request: ChatRequest
+    ) -> Any:  # openai's LegacyAPIResponse[AsyncStream[ChatCompletionChunk]] (a private module)
         max_tokens: int | None = request.max_tokens
         use_new_name = bool(_NEEDS_MAX_COMPLETION_TOKENS.match(request.model.lower()))
-        return await client.chat.completions.create(
+        # `with_raw_response`: the same call, with the response headers readable.
+        return await client.chat.completions.with_raw_response.create(
             model=request.model,
             # ChatRequest.messages are in the OpenAI chat format by contract.
             messages=cast("list[ChatCompletionMessageParam]", request.messages),

@@ -1,0 +1,128 @@
+"""Client-side limits per tier: concurrent streams, requests per minute, tokens per minute.
+
+Set per tier (``KEFU_<TIER>_MAX_CONCURRENCY``, ``_RPM``, ``_TPM``; 0 = no limit) to stay under
+the upstream account's limits instead of collecting 429s. Requests and tokens per minute use the
+``limits`` library's moving window, in Redis when ``REDIS_URL`` is set (all processes share one
+budget), in memory otherwise; the concurrency count is per process.
+
+A request's tokens are estimated before it is sent the way OpenAI's rate limiter counts them
+(OpenAI "Rate limits" guide: a request counts as its estimated prompt tokens plus its
+``max_tokens``): prompt characters / 4 (OpenAI's rule of thumb for English) plus ``max_tokens``.
+The exact count would need the tokenizer, whose first load takes seconds: not on this path.
+
+``admit`` never waits: a tier over a limit is refused at once with the seconds until it would
+have room, and the router decides (fall back, or wait when no other tier is left).
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.conf import settings
+from limits import RateLimitItemPerMinute
+from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.strategies import MovingWindowRateLimiter
+
+from chat.loops import PerLoop
+
+__all__ = ["Refusal", "admit", "estimate_tokens", "release", "reset"]
+
+RefusalReason = Literal["concurrency", "local_rpm", "local_tpm"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a tier may not be called now, and in how many seconds it may (None: unknown, e.g.
+    when a concurrent stream has to end first)."""
+
+    reason: RefusalReason
+    retry_in_s: float | None
+
+
+_in_flight: Counter[str] = Counter()
+_in_flight_lock = threading.Lock()
+
+
+def _make_limiter() -> MovingWindowRateLimiter:
+    storage: Storage
+    if settings.REDIS_URL:
+        storage = RedisStorage("async+" + settings.REDIS_URL, implementation="redispy", key_prefix="kefu-tiers")
+    else:
+        storage = MemoryStorage()
+    return MovingWindowRateLimiter(storage)
+
+
+# One limiter per event loop: an async Redis storage's connections belong to the loop that made them.
+_limiters: PerLoop[MovingWindowRateLimiter] = PerLoop(_make_limiter)
+
+
+def estimate_tokens(messages: list[dict[str, Any]], max_tokens: int | None) -> int:
+    """Tokens a request counts against a tokens-per-minute limit: ceil(prompt characters / 4)
+    + ``max_tokens`` (0 when unset). Content parts other than text are not counted."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(str(p.get("text", ""))) for p in content if isinstance(p, dict))
+    return math.ceil(chars / 4) + (max_tokens or 0)
+
+
+async def admit(tier: str, *, tokens: int) -> Refusal | None:
+    """Take a slot of ``tier`` for one request of ``tokens`` estimated tokens, or say why not.
+
+    On None (admitted) the caller holds one concurrency slot and must ``release(tier)`` when the
+    stream ends, whatever the outcome. On a ``Refusal`` nothing was taken.
+    """
+    cfg = settings.KEFU_TIERS[tier]
+    max_concurrency = int(cfg.get("max_concurrency") or 0)
+    rpm, tpm = int(cfg.get("rpm") or 0), int(cfg.get("tpm") or 0)
+    with _in_flight_lock:
+        if max_concurrency and _in_flight[tier] >= max_concurrency:
+            return Refusal("concurrency", None)
+        _in_flight[tier] += 1
+    try:
+        if rpm or tpm:
+            limiter = _limiters.get()
+            # (reason, limit, key, cost); the key names the budget, so equal numbers never share one.
+            checks: list[tuple[RefusalReason, RateLimitItemPerMinute, str, int]] = []
+            if rpm:
+                checks.append(("local_rpm", RateLimitItemPerMinute(rpm), "requests", 1))
+            if tpm:
+                # A request larger than the whole budget could never pass: count it as the budget.
+                checks.append(("local_tpm", RateLimitItemPerMinute(tpm), "tokens", min(tokens, tpm)))
+            for reason, item, budget, cost in checks:
+                if not await limiter.test(item, "tier", tier, budget, cost=cost):
+                    stats = await limiter.get_window_stats(item, "tier", tier, budget)
+                    release(tier)
+                    return Refusal(reason, max(0.0, stats.reset_time - time.time()))
+            for reason, item, budget, cost in checks:
+                await limiter.hit(item, "tier", tier, budget, cost=cost)
+    except BaseException:
+        release(tier)
+        raise
+    return None
+
+
+def release(tier: str) -> None:
+    """Give back the concurrency slot taken by a successful ``admit``."""
+    with _in_flight_lock:
+        _in_flight[tier] -= 1
+        if _in_flight[tier] <= 0:
+            del _in_flight[tier]
+
+
+def in_flight(tier: str) -> int:
+    """Streams of ``tier`` running in this process now."""
+    with _in_flight_lock:
+        return _in_flight[tier]
+
+
+def reset() -> None:
+    """Forget the per-loop limiters (after a settings change; tests). Counts in flight stay."""
+    _limiters.clear()

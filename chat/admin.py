@@ -1,19 +1,40 @@
 from django.contrib import admin
 
-from .models import Conversation, Message
+from .models import CannedReply, Conversation, InternalNote, Message
 
 
 class MessageInline(admin.TabularInline):
     model = Message
     extra = 0
-    fields = ("seq", "role", "text", "route", "model", "cost_usd", "ttft_ms", "cut")
+    fields = ("seq", "role", "agent_name", "text", "route", "model", "cost_usd", "ttft_ms", "cut")
+    readonly_fields = fields
+    can_delete = False
+
+
+class InternalNoteInline(admin.TabularInline):
+    model = InternalNote
+    extra = 0
+    fields = ("created_at", "author_name", "text")
     readonly_fields = fields
     can_delete = False
 
 
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ("id", "status", "locale", "last_seq", "updated_at")
+    list_display = ("id", "status", "agent_name", "locale", "last_seq", "waiting_since", "updated_at")
     list_filter = ("status", "locale")
-    readonly_fields = ("id", "token_hash", "last_seq", "answered_seq", "owner_epoch", "created_at", "updated_at")
-    inlines = [MessageInline]
+    readonly_fields = (
+        "id", "token_hash", "last_seq", "answered_seq", "owner_epoch", "agent", "agent_name", "waiting_since",
+        "handoff_reason", "handoff_packet", "created_at", "updated_at",
+    )
+    inlines = [MessageInline, InternalNoteInline]
+
+
+@admin.register(CannedReply)
+class CannedReplyAdmin(admin.ModelAdmin):
+    """Saved answers agents insert in the console (then edit before sending)."""
+
+    list_display = ("title", "locale", "position", "active", "updated_at")
+    list_editable = ("position", "active")
+    list_filter = ("active", "locale")
+    search_fields = ("title", "text")

@@ -19,10 +19,11 @@ from collections.abc import AsyncIterator
 from channels.db import database_sync_to_async
 
 from routing import strategy
+from routing.ledger import CallContext
 from routing.resilience import stream_with_fallback
 from routing.providers.base import ProviderError, StreamDone, TextDelta
 
-from . import events, services, streams
+from . import events, fencing, handoff, services, streams
 from .models import Conversation, ConversationStatus, Message
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,13 @@ async def _drain(conversation_id: uuid.UUID) -> None:
 
 async def _cache_store(*, message: Message, decision: strategy.Decision, text: str, model: str) -> None:
     """Offer a finished remote answer to the answer cache (its policy refuses personal data,
-    follow-ups and the like). After stream.end: the shopper never waits for it."""
+    follow-ups and the like), keyed on the standalone rewrite of a follow-up when there is one.
+    After stream.end: the shopper never waits for it."""
     from cache_layer import services as cache
 
     try:
         await database_sync_to_async(cache.store)(
-            question=message.text, answer=text, scope=decision.cache_scope, embedding=decision.cache_vector,
+            question=decision.cache_question or message.text, answer=text, scope=decision.cache_scope, embedding=decision.cache_vector,
             route=decision.route, model=model, grounded_on=decision.grounded_on,
             prompt_version=strategy.context.SYSTEM_PROMPT_VERSION, cut=False, locale=decision.locale,
         )
@@ -125,6 +127,11 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
 
     Frames published, in order: ``stream.start``, ``stream.delta``..., ``stream.end`` (then a
     ``status`` frame for a handoff, or an ``error`` frame when a failure cut the answer).
+
+    Fencing (``chat.fencing``): the answer streams under the owner epoch read when its row was
+    created; before every delta the fence is checked, and once an agent took over (or the
+    conversation was handed back or closed) nothing more is sent: the answer is stored as cut
+    and ends with ``stream.end`` ``cut: true`` (no ``error`` frame, no handoff).
     """
     if conversation.status == ConversationStatus.AGENT:
         return  # an agent holds the conversation: the bot stays silent
@@ -135,15 +142,23 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     source: AsyncIterator[TextDelta | StreamDone]
     first: asyncio.Future[TextDelta | StreamDone] | None = None
     if decision.request is not None and decision.provider is not None:
-        source = stream_with_fallback(decision)
+        source = stream_with_fallback(decision, context=CallContext(conversation_id=cid, message_id=message.pk))
         # Open the upstream request now, while the bot row is written: saves a DB round trip of TTFT.
         first = asyncio.ensure_future(anext(source))
     else:
         source = _fixed(decision.text or "")
 
-    bot = await database_sync_to_async(services.bot_message_begin)(
-        conversation_id=cid, reply_to_seq=message.seq, route=decision.route
-    )
+    try:
+        bot, epoch = await database_sync_to_async(services.bot_message_begin)(
+            conversation_id=cid, reply_to_seq=message.seq, route=decision.route
+        )
+    except services.AgentHolds:  # taken over since the message was claimed: the bot stays silent
+        if first is not None:
+            first.cancel()
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        return
     await streams.begin(message_id=bot.pk, seq=bot.seq, route=decision.route)
     await events.publish(cid, {"type": "stream.start", "id": bot.pk, "seq": bot.seq, "role": "bot", "route": decision.route})
 
@@ -155,16 +170,20 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         """Send one delta; ``pos`` (code points before it) lets a socket that joined mid-stream
         drop what it already has."""
         nonlocal sent, ttft_ms
+        fence.check()
         if ttft_ms is None:
             ttft_ms = (time.time() - received_at) * 1000
         await streams.append(message_id=bot.pk, text=piece)
-        await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=sent)
+        fence.check()  # again: the owner may have changed while the buffer was written
+        await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=sent, epoch=epoch)
         parts.append(piece)
         sent += len(piece)
 
+    fence = fencing.watch(cid, epoch)  # released below, after the last possible delta
     done: StreamDone | None = None
     failure: ProviderError | None = None
     crashed = False
+    fenced = False
     try:
         while True:
             try:
@@ -177,6 +196,8 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
                 continue
             if item.text:
                 await emit(item.text)
+    except fencing.Fenced:
+        fenced = True
     except ProviderError as e:
         failure = e
         log.warning("remote model failed (%s, %s): %s", decision.route, e.code, e)
@@ -190,14 +211,18 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         if aclose is not None:
             await aclose()
 
-    cut = crashed
-    if failure is not None and not parts:
+    cut = crashed or fenced
+    if failure is not None and not parts and not fenced:
         # Nothing reached the shopper yet: fall back to a polite handoff, streamed like any answer.
         decision = strategy.handoff_decision(locale=decision.locale, reason=f"remote model failed: {failure.code}")
-        for piece in _chunks(decision.text or ""):
-            await emit(piece)
+        try:
+            for piece in _chunks(decision.text or ""):
+                await emit(piece)
+        except fencing.Fenced:
+            fenced = cut = True
     elif failure is not None:
         cut = True
+    await fencing.release(fence)
 
     # decision.route is the route that answered: a tier fallback (routing.resilience) or the
     # handoff above changed it since stream.start, and stream.end is authoritative.
@@ -213,13 +238,23 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     bot = await database_sync_to_async(services.bot_message_finish)(message_id=bot.pk, record=record)
     await streams.end(bot.pk)
     await events.publish(cid, events.stream_end_frame(bot))
+    if fenced:
+        return  # an agent took over (or the owner changed): the stored cut answer is all
     if cut:
         await events.publish(cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."})
     elif route.startswith("llm.") and decision.cache_scope and text:
         await _cache_store(message=message, decision=decision, text=text, model=bot.model)
+    elif route == "cache.semantic" and decision.cache_entry_id is not None:
+        # A sampled share of semantic hits is re-answered in the background and compared: the
+        # measured false-hit rate per intent (cache_layer.audit). Never waited for.
+        from cache_layer import audit
+
+        try:
+            await audit.maybe_audit_async(entry_id=decision.cache_entry_id,
+                                          question=decision.cache_question or message.text, message_id=message.pk)
+        except Exception:  # an audit is a measurement: a failure is logged, never shown
+            log.exception("sampling cache hit %s for audit failed", decision.cache_entry_id)
     if route == "handoff" or decision.queue_for_agent:
-        await database_sync_to_async(services.conversation_set_status)(
-            conversation_id=cid, status=ConversationStatus.WAITING_AGENT, reason=decision.reason
-        )
-        # Sent after every handoff answer, even when the conversation was already waiting.
-        await events.publish(cid, {"type": "status", "status": ConversationStatus.WAITING_AGENT.value})
+        # Queue it with the escalation packet; ``status`` ``waiting_agent`` is sent after every
+        # handoff answer, even when the conversation was already waiting.
+        await handoff.escalate(conversation_id=cid, message=message, route=route, reason=decision.reason, locale=decision.locale)

@@ -1,4 +1,5 @@
-"""The shopper WebSocket ``/ws/chat/`` (protocol 1; docs/protocol.md).
+"""The shopper WebSocket ``/ws/chat/`` (protocol 1; docs/protocol.md) and the agent console's
+WebSocket ``/ws/agent/`` (docs/console.md).
 
 The consumer holds no business rules: it validates frames, calls ``chat.services`` to store,
 ``chat.answering`` to get an answer going, and relays the conversation group's frames, dropping
@@ -18,9 +19,9 @@ from django.conf import settings
 
 from routing import strategy
 
-from . import answering, events, limits, selectors, services, streams
+from . import answering, events, limits, presence, selectors, services, streams, suggest
 from .models import MessageState
-from .protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_message
+from .protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_message, validate_text
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ class ShopperConsumer(AsyncWebsocketConsumer):
         self.address = str(client[0])
         self.sent_ids: set[int] = set()  # message ids this socket has as finished messages
         self.stream_sent: dict[int, int] = {}  # streaming message id -> code points sent
+        # Highest owner epoch seen on a status event: a bot delta of an older epoch that is still
+        # in flight (from another process) after a take-over is dropped (chat.fencing).
+        self.owner_epoch = 0
         await self.accept()
         if not limits.socket_open(self.address):
             await self._send(error_frame("rate_limited", "too many open connections from this address"))
@@ -99,7 +103,8 @@ class ShopperConsumer(AsyncWebsocketConsumer):
             elif kind == "message":
                 await self.on_message(content)
             elif kind == "typing":
-                pass  # relayed to agents by the console (agent console issue); nothing to store
+                # Relayed to the agents following the conversation; nothing stored.
+                await events.publish_staff(self.conversation_id, {"type": "typing", "role": "shopper"})
             elif kind == "feedback":
                 await self.on_feedback(content)
             else:
@@ -205,9 +210,11 @@ class ShopperConsumer(AsyncWebsocketConsumer):
             if frame["id"] in self.stream_sent or frame["id"] in self.sent_ids:
                 return
             self.stream_sent[frame["id"]] = 0
+        elif kind == "status":
+            self.owner_epoch = max(self.owner_epoch, int(event.get("epoch", 0)))
         elif kind == "stream.delta":
             have = self.stream_sent.get(frame["id"])
-            if have is None:
+            if have is None or int(event.get("epoch", self.owner_epoch)) < self.owner_epoch:
                 return
             pos, text = int(event.get("pos", have)), frame["text"]
             if pos + len(text) <= have:
@@ -224,3 +231,209 @@ class ShopperConsumer(AsyncWebsocketConsumer):
             self.stream_sent.pop(frame["id"], None)
             self.sent_ids.add(frame["id"])
         await self._send(frame)
+
+
+NOTE_MAX_CHARS = 4000
+
+
+class AgentConsumer(AsyncWebsocketConsumer):
+    """``/ws/agent/``: the agent console's socket (session authentication; docs/console.md).
+
+    Every agent socket is in the ``agents`` group (the console list, handoff notifications). It
+    follows one conversation at a time (``open``): it then also joins that conversation's group
+    (every frame the shopper gets, the bot's stream included) and its staff group (internal notes,
+    the shopper's typing), which shopper sockets never join. Frames about a conversation carry
+    its id in ``conversation``. Like the shopper consumer it holds no business rules: it
+    validates, calls ``chat.services`` and publishes what they return.
+    """
+
+    user: Any = None
+    following: uuid.UUID | None = None
+    in_agents_group = False
+    counted = False
+    closed = False
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        if not await database_sync_to_async(selectors.user_is_agent)(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.user = user
+        self.name = services.agent_display_name(user)
+        await self.channel_layer.group_add(events.AGENTS_GROUP, self.channel_name)
+        self.in_agents_group = True
+        presence.agent_connected()
+        self.counted = True
+        canned, queue = await database_sync_to_async(lambda: (selectors.canned_replies(), selectors.console_queue()))()
+        await self._send({"type": "ready", "agent": self.name, "agent_id": user.pk,
+                          "agents_online": presence.agents_online(), "canned": canned,
+                          "max_chars": settings.KEFU_MAX_MESSAGE_CHARS})
+        await self._send({"type": "queue", "conversations": queue})
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        if self.counted:
+            presence.agent_disconnected()
+            self.counted = False
+        try:
+            if self.in_agents_group:
+                self.in_agents_group = False
+                await self.channel_layer.group_discard(events.AGENTS_GROUP, self.channel_name)
+            await self._unfollow()
+        except Exception:  # the layer is gone (shutdown): nothing left to leave
+            log.debug("group_discard failed", exc_info=True)
+
+    async def disconnect(self, code: int) -> None:
+        self.closed = True
+        await self._release()
+
+    async def _send(self, frame: Any) -> None:
+        if self.closed:
+            return
+        try:
+            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        except Disconnected:
+            self.closed = True
+
+    async def _unfollow(self) -> None:
+        if self.following is not None:
+            cid, self.following = self.following, None
+            await self.channel_layer.group_discard(events.conversation_group(cid), self.channel_name)
+            await self.channel_layer.group_discard(events.staff_group(cid), self.channel_name)
+
+    # --- client frames -------------------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.user is None:
+            return  # refused at connect (4403); nothing is answered
+        try:
+            content = json.loads(text_data) if text_data is not None else None
+        except ValueError:
+            content = None
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+            await self._send(error_frame("invalid", "a frame is a JSON object with a string 'type'"))
+            return
+        handler = self.HANDLERS.get(content["type"])
+        try:
+            if handler is None:
+                raise ProtocolError("invalid", f"unknown frame type {content['type']!r}")
+            cid = parse_uuid(content.get("conversation"))
+            if cid is None:
+                raise ProtocolError("invalid", "conversation must be a conversation id (UUID string)")
+            await handler(self, cid, content)
+        except ProtocolError as e:
+            await self._send(self._error(e.code, e.message, content.get("conversation")))
+        except services.NotFound:
+            await self._send(self._error("not_found", "no such conversation", content.get("conversation")))
+        except services.NotOwner as e:
+            err = self._error("not_owner", f"{e.owner} is handling this conversation" if e.owner
+                              else f"take the conversation over first (it is {e.status})", content.get("conversation"))
+            if e.owner:
+                err["agent"] = e.owner
+            await self._send(err)
+
+    @staticmethod
+    def _error(code: str, message: str, conversation: Any) -> dict[str, Any]:
+        frame: dict[str, Any] = dict(error_frame(code, message))
+        if isinstance(conversation, str) and parse_uuid(conversation) is not None:
+            frame["conversation"] = conversation
+        return frame
+
+    async def on_open(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """Follow ``cid``: join its groups first, then send its ``history`` (a frame published
+        in between reaches the console twice; it drops what it has, by id and stream ``pos``)."""
+        if self.following != cid:
+            await self._unfollow()
+            self.following = cid
+            await self.channel_layer.group_add(events.conversation_group(cid), self.channel_name)
+            await self.channel_layer.group_add(events.staff_group(cid), self.channel_name)
+        transcript = await database_sync_to_async(selectors.conversation_transcript)(conversation_id=cid)
+        if transcript is None:
+            await self._unfollow()
+            raise services.NotFound(str(cid))
+        for item in transcript["messages"]:
+            if item["state"] == MessageState.STREAMING:
+                live = await streams.get(item["id"])
+                if live is not None:
+                    item["text"] = live.text
+        await self._send({"type": "history", "conversation": str(cid), "info": transcript["conversation"],
+                          "messages": transcript["messages"], "notes": transcript["notes"]})
+
+    async def on_take_over(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        change = await database_sync_to_async(services.conversation_take_over)(conversation_id=cid, agent=self.user)
+        if change.changed:
+            await events.publish_owner_change(conversation_id=cid, status=change.status, agent=change.agent, epoch=change.epoch)
+        elif change.agent_id == self.user.pk:
+            await self._send({"type": "conversation.update", "conversation": str(cid), "status": change.status, "agent": change.agent})
+        else:
+            err = self._error("taken", f"{change.agent} is already handling this conversation", str(cid))
+            err["agent"] = change.agent
+            await self._send(err)
+
+    async def on_hand_back(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        change = await database_sync_to_async(services.conversation_hand_back)(conversation_id=cid, agent=self.user)
+        await events.publish_owner_change(conversation_id=cid, status=change.status, agent="", epoch=change.epoch)
+
+    async def on_close(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        change = await database_sync_to_async(services.conversation_close)(conversation_id=cid, agent=self.user)
+        if change.changed:
+            await events.publish_owner_change(conversation_id=cid, status=change.status, agent="", epoch=change.epoch)
+
+    async def on_message(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        text = validate_text(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+        msg = await database_sync_to_async(services.agent_message_send)(conversation_id=cid, agent=self.user, text=text)
+        await events.publish(cid, events.message_frame(msg))
+
+    async def on_typing(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        owner = await database_sync_to_async(selectors.conversation_owner)(conversation_id=cid)
+        if owner is None:
+            raise services.NotFound(str(cid))
+        status, agent_id, agent_name = owner
+        if status != "agent" or agent_id != self.user.pk:
+            raise services.NotOwner(owner=agent_name if status == "agent" else "", status=status)
+        await events.publish(cid, {"type": "typing", "role": "agent", "agent": self.name})
+
+    async def on_note(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        text = validate_text(content, max_chars=NOTE_MAX_CHARS)
+        note = await database_sync_to_async(services.note_add)(conversation_id=cid, author=self.user, text=text)
+        frame = {"type": "note", **selectors.note_item(note)}
+        await events.publish_staff(cid, frame)
+        if self.following != cid:  # the author always gets it back
+            await self._send({**frame, "conversation": str(cid)})
+
+    async def on_suggest(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        draft = await suggest.draft_reply(conversation_id=cid)
+        if draft is None:
+            raise services.NotFound(str(cid))
+        await self._send({"type": "suggestion", "conversation": str(cid), "text": draft.text,
+                          "route": draft.route, "for_seq": draft.for_seq})
+
+    HANDLERS = {
+        "open": on_open, "take_over": on_take_over, "hand_back": on_hand_back, "close": on_close,
+        "message": on_message, "typing": on_typing, "note": on_note, "suggest": on_suggest,
+    }
+
+    # --- group events --------------------------------------------------------------------
+    async def chat_frame(self, event: dict[str, Any]) -> None:
+        """A frame of the followed conversation (as its shopper gets it), with its id."""
+        if event.get("conversation") != (str(self.following) if self.following else None):
+            return  # an event of a conversation this socket just stopped following
+        frame = {**event["frame"], "conversation": event["conversation"]}
+        if frame["type"] == "stream.delta":
+            frame["pos"] = int(event.get("pos", 0))
+        await self._send(frame)
+
+    async def staff_frame(self, event: dict[str, Any]) -> None:
+        """Agents only: internal notes, the shopper's typing."""
+        if event.get("conversation") != (str(self.following) if self.following else None):
+            return
+        await self._send({**event["frame"], "conversation": event["conversation"]})
+
+    async def agents_frame(self, event: dict[str, Any]) -> None:
+        """The console list: ``conversation.update`` and ``handoff``."""
+        await self._send(event["frame"])

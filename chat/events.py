@@ -66,7 +66,68 @@ def stream_end_frame(msg: Message) -> StreamEndFrame:
     return frame
 
 
+# Frames whose publication also updates the console's conversation list (see ``_list_update``).
+_LISTED = frozenset({"message", "stream.end", "status"})
+
+
 async def publish(conversation_id: uuid.UUID | str, frame: Any, **extra: Any) -> None:
-    """Send ``frame`` to every socket of the conversation (call only after the write committed)."""
+    """Send ``frame`` to every socket of the conversation (call only after the write committed):
+    the shopper's sockets and the agent sockets following it. The event also names the
+    conversation (``conversation``, for agent sockets). Stored messages, stream ends and status
+    changes are also summarised to every agent console (group ``agents``)."""
     layer = get_channel_layer()
-    await layer.group_send(conversation_group(conversation_id), {"type": "chat.frame", "frame": frame, **extra})
+    cid = str(conversation_id)
+    await layer.group_send(conversation_group(cid), {"type": "chat.frame", "frame": frame, "conversation": cid, **extra})
+    if frame.get("type") in _LISTED:
+        await publish_agents(_list_update(cid, frame))
+
+
+# --- Staff-only events (agent console; docs/console.md). The shopper's sockets never join these groups.
+
+AGENTS_GROUP = "agents"
+
+
+def staff_group(conversation_id: uuid.UUID | str) -> str:
+    """Agent sockets following a conversation: internal notes, the shopper's typing."""
+    return f"staff.{uuid.UUID(str(conversation_id)).hex}"
+
+
+def _list_update(conversation_id: str, frame: Any) -> dict[str, Any]:
+    """A ``conversation.update`` frame for the console list from a published conversation frame."""
+    update: dict[str, Any] = {"type": "conversation.update", "conversation": conversation_id}
+    if frame["type"] == "status":
+        update["status"] = frame["status"]
+        update["agent"] = frame.get("agent", "")
+    else:
+        last: dict[str, Any] = {"seq": frame["seq"], "role": frame.get("role", "bot"), "text": frame["text"][:200]}
+        if frame.get("route"):
+            last["route"] = frame["route"]
+        if frame.get("agent"):
+            last["agent"] = frame["agent"]
+        update["last_message"] = last
+    return update
+
+
+async def publish_agents(frame: Any) -> None:
+    """Send ``frame`` to every agent console socket (after the write it describes committed)."""
+    await get_channel_layer().group_send(AGENTS_GROUP, {"type": "agents.frame", "frame": frame})
+
+
+async def publish_staff(conversation_id: uuid.UUID | str, frame: Any) -> None:
+    """Send ``frame`` to the agent sockets following the conversation, never to the shopper."""
+    cid = str(conversation_id)
+    await get_channel_layer().group_send(staff_group(cid), {"type": "staff.frame", "frame": frame, "conversation": cid})
+
+
+async def publish_owner_change(*, conversation_id: uuid.UUID, status: str, agent: str, epoch: int) -> None:
+    """After a take-over, hand-back or close committed: stop this conversation's bot streams in
+    every process (``chat.fencing``), then send the ``status`` frame (with ``agent`` when one
+    holds it) to the conversation and the console list. The event carries ``epoch`` so shopper
+    sockets drop bot deltas of older epochs still in flight."""
+    from . import fencing
+
+    await fencing.publish_epoch(uuid.UUID(str(conversation_id)), epoch)
+    frame: dict[str, Any] = {"type": "status", "status": status}
+    if agent:
+        frame["agent"] = agent
+    await publish(conversation_id, frame, epoch=epoch)

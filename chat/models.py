@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 
 
@@ -48,13 +49,22 @@ class Conversation(models.Model):
     # stream started under epoch N stops at the first chunk after the epoch moves on.
     owner_epoch = models.PositiveIntegerField(default=0)
     agent_name = models.CharField(max_length=150, blank=True)
+    # The agent holding the conversation (status ``agent``); null otherwise.
+    agent = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     handoff_reason = models.CharField(max_length=200, blank=True)
+    # When it entered the agents' queue (status ``waiting_agent``); the console lists the longest wait first.
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
+    handoff_packet = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, help_text="Rolling summary of turns older than the prompt window.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         indexes = [models.Index(fields=["status", "updated_at"])]
+        permissions = [("handle_conversations", "Can answer shoppers in the agent console")]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
@@ -109,3 +119,38 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.conversation_id}#{self.seq} {self.role}: {self.text[:40]}"
+
+
+class CannedReply(models.Model):
+    """A saved answer agents insert into their reply (then edit before sending). Edited in the admin."""
+
+    title = models.CharField(max_length=100)
+    text = models.TextField()
+    locale = models.CharField(max_length=8, blank=True, help_text="en, zh... or blank for any language.")
+    position = models.PositiveIntegerField(default=0, help_text="Lower comes first in the console.")
+    active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["position", "title"]
+        verbose_name_plural = "canned replies"
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class InternalNote(models.Model):
+    """A note agents leave on a conversation. Never a ``Message``: it is not part of the shopper's
+    conversation, never replayed to the shopper and never published to the shopper's group."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="notes")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    author_name = models.CharField(max_length=150)
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} note by {self.author_name}"

@@ -148,3 +148,23 @@ def validate_message(content: dict[str, Any], *, max_chars: int) -> tuple[str, s
     if "\x00" in text:
         raise ProtocolError("invalid", "text contains a NUL character", client_id)
     return client_id, text
+
+
+def validate_text(content: dict[str, Any], *, max_chars: int, field: str = "text") -> str:
+    """Check the ``text`` of an agent frame (``message``, ``note``); returns it as sent.
+
+    Raises ``ProtocolError("invalid")`` for a non-string, blank, NUL-holding or non-UTF-8 text
+    and ``ProtocolError("too_long")`` for one over ``max_chars`` code points.
+    """
+    text = content.get(field)
+    if not isinstance(text, str):
+        raise ProtocolError("invalid", f"{field} must be a string")
+    if not _encodable(text):
+        raise ProtocolError("invalid", f"{field} is not valid Unicode (lone surrogate)")
+    if is_blank(text):
+        raise ProtocolError("invalid", f"{field} is blank")
+    if len(text) > max_chars:
+        raise ProtocolError("too_long", f"{field} is {len(text)} characters; the limit is {max_chars}")
+    if "\x00" in text:
+        raise ProtocolError("invalid", f"{field} contains a NUL character")
+    return text

@@ -1,8 +1,16 @@
-"""WebSocket URLs of the chat app."""
+"""WebSocket URLs of the chat app.
+
+``/ws/chat/`` admits the storefront origins of ``KEFU_WIDGET_ORIGINS`` (config/asgi.py wraps
+every socket in ``WidgetOriginValidator``). ``/ws/agent/`` is authenticated by the session
+cookie, so it also admits only origins on ``ALLOWED_HOSTS``: a storefront's page must not be
+able to open an agent's socket with the agent's cookies (cross-site WebSocket hijacking).
+"""
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
 from . import consumers
 
 websocket_urlpatterns = [
     path("ws/chat/", consumers.ShopperConsumer.as_asgi()),
+    path("ws/agent/", AllowedHostsOriginValidator(consumers.AgentConsumer.as_asgi())),
 ]

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from .models import Message, MessageState
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from .models import CannedReply, Conversation, ConversationStatus, InternalNote, Message, MessageState
 
 
 def messages_after(*, conversation_id: uuid.UUID, after: int) -> list[Message]:
@@ -24,3 +27,118 @@ def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: in
     if len(shopper_idx) > turns:
         rows = rows[shopper_idx[-turns]:]
     return rows
+
+
+# --- Agent console (docs/console.md) -------------------------------------------------------------
+
+CONSOLE_BOT_ROWS = 100  # active bot conversations listed, most recent first
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
+    """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
+    ``{"id", "status", "agent", "locale", "waiting_since", "updated_at", "reason",
+    "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None}``."""
+    last = Message.objects.filter(conversation=OuterRef("pk")).order_by("-seq")
+    rows = queryset.annotate(
+        last_seq_v=Subquery(last.values("seq")[:1]),
+        last_role=Subquery(last.values("role")[:1]),
+        last_text=Subquery(last.values("text")[:1]),
+        last_route=Subquery(last.values("route")[:1]),
+        last_agent=Subquery(last.values("agent_name")[:1]),
+    ).values(
+        "id", "status", "agent_name", "locale", "waiting_since", "updated_at", "handoff_reason",
+        "last_seq_v", "last_role", "last_text", "last_route", "last_agent",
+    )
+    out = []
+    for r in rows:
+        last_message: dict[str, Any] | None = None
+        if r["last_seq_v"] is not None:
+            last_message = {"seq": r["last_seq_v"], "role": r["last_role"], "text": (r["last_text"] or "")[:200]}
+            if r["last_route"]:
+                last_message["route"] = r["last_route"]
+            if r["last_agent"] and r["last_role"] == "agent":
+                last_message["agent"] = r["last_agent"]
+        out.append({
+            "id": str(r["id"]), "status": r["status"], "agent": r["agent_name"], "locale": r["locale"],
+            "waiting_since": _iso(r["waiting_since"]), "updated_at": _iso(r["updated_at"]),
+            "reason": r["handoff_reason"], "last_message": last_message,
+        })
+    return out
+
+
+def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
+    """The console list, in display order: waiting for an agent (longest wait first), then held
+    by an agent (most recent activity first), then the ``bot_rows`` most recently active bot
+    conversations that have messages. Closed conversations are not listed. Three queries."""
+    waiting = console_rows(queryset=Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT).order_by("waiting_since", "updated_at"))
+    held = console_rows(queryset=Conversation.objects.filter(status=ConversationStatus.AGENT).order_by("-updated_at"))
+    bot = console_rows(
+        queryset=Conversation.objects.filter(status=ConversationStatus.BOT, last_seq__gt=0).order_by("-updated_at")[:bot_rows]
+    )
+    return waiting + held + bot
+
+
+def message_item(msg: Message) -> dict[str, Any]:
+    """A stored message for agents (transcripts, the console's ``history`` frame):
+    ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "model"?, "cut"?, "agent"?, "rating"?}``."""
+    item: dict[str, Any] = {"id": msg.pk, "seq": msg.seq, "role": msg.role, "text": msg.text, "state": msg.state,
+                            "created_at": _iso(msg.created_at)}
+    if msg.route:
+        item["route"] = msg.route
+    if msg.model:
+        item["model"] = msg.model
+    if msg.cut:
+        item["cut"] = True
+    if msg.role == "agent":
+        item["agent"] = msg.agent_name or "Agent"
+    if msg.rating:
+        item["rating"] = msg.rating
+    return item
+
+
+def note_item(note: InternalNote) -> dict[str, Any]:
+    """An internal note: ``{"id", "author", "text", "created_at"}``."""
+    return {"id": note.pk, "author": note.author_name, "text": note.text, "created_at": _iso(note.created_at)}
+
+
+def conversation_transcript(*, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+    """Everything stored about a conversation, for agents, or None when it does not exist:
+    ``{"conversation": console row + {"packet", "created_at", "epoch"}, "messages": [message_item...],
+    "notes": [note_item...]}`` (messages in seq order, streaming ones with their text so far as stored)."""
+    conv = Conversation.objects.filter(pk=conversation_id).first()
+    if conv is None:
+        return None
+    row = console_rows(queryset=Conversation.objects.filter(pk=conversation_id))[0]
+    row.update({"packet": conv.handoff_packet or None, "created_at": _iso(conv.created_at), "epoch": conv.owner_epoch})
+    messages = [message_item(m) for m in Message.objects.filter(conversation_id=conversation_id).order_by("seq")]
+    notes = [note_item(n) for n in InternalNote.objects.filter(conversation_id=conversation_id)]
+    return {"conversation": row, "messages": messages, "notes": notes}
+
+
+def canned_replies() -> list[dict[str, Any]]:
+    """Active canned replies: ``[{"id", "title", "text", "locale"}]`` in display order."""
+    return [
+        {"id": c.pk, "title": c.title, "text": c.text, "locale": c.locale}
+        for c in CannedReply.objects.filter(active=True)
+    ]
+
+
+AGENT_PERMISSION = "chat.handle_conversations"
+
+
+def user_is_agent(user: Any) -> bool:
+    """True for an active staff user with the agents' permission (``chat.handle_conversations``;
+    superusers have every permission). Anonymous users and None are not agents."""
+    return bool(
+        user is not None and getattr(user, "is_authenticated", False) and user.is_active and user.is_staff
+        and user.has_perm(AGENT_PERMISSION)
+    )
+
+
+def conversation_owner(*, conversation_id: uuid.UUID) -> tuple[str, int | None, str] | None:
+    """``(status, agent_id, agent_name)`` of a conversation, or None when it does not exist."""
+    return Conversation.objects.filter(pk=conversation_id).values_list("status", "agent_id", "agent_name").first()

@@ -16,8 +16,11 @@ from decimal import Decimal
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.db.models import F
+from django.db.models import Q as models_Q
 
-from .models import Conversation, ConversationStatus, Message, MessageState, Role
+from typing import Any
+
+from .models import Conversation, ConversationStatus, InternalNote, Message, MessageState, Role
 
 
 class AccessDenied(Exception):
@@ -138,11 +141,25 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
             return msg, conv
 
 
-def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: str) -> Message:
-    """Create the row of a bot answer that is about to stream (state ``streaming``, empty text)."""
+class AgentHolds(Exception):
+    """An agent holds the conversation: the bot must not answer (nothing was written)."""
+
+
+def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: str) -> tuple[Message, int]:
+    """Create the row of a bot answer that is about to stream (state ``streaming``, empty text).
+
+    Returns the row and the conversation's ``owner_epoch`` read under the same row lock: the
+    fencing epoch the stream runs under (see ``chat.fencing``). Raises ``AgentHolds`` (and writes
+    nothing) when an agent holds the conversation, so a take-over that committed before this
+    point is never followed by a bot answer.
+    """
     with transaction.atomic():
         seq = _next_seq(conversation_id)[0]
-        return Message.objects.create(
+        status, epoch = Conversation.objects.filter(pk=conversation_id).values_list("status", "owner_epoch").get()
+        if status == ConversationStatus.AGENT:
+            transaction.set_rollback(True)
+            raise AgentHolds(str(conversation_id))
+        msg = Message.objects.create(
             conversation_id=conversation_id,
             seq=seq,
             role=Role.BOT,
@@ -150,6 +167,7 @@ def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: s
             state=MessageState.STREAMING,
             reply_to_seq=reply_to_seq,
         )
+    return msg, int(epoch)
 
 
 @dataclass(frozen=True)
@@ -215,3 +233,176 @@ def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: o
     updated = Message.objects.filter(pk=message_id, conversation_id=conversation_id, role=Role.BOT).update(rating=rating)
     if not updated:
         raise ValueError("no such bot message in this conversation")
+
+
+# --- Agent console (docs/console.md) -------------------------------------------------------------
+
+
+class NotFound(Exception):
+    """No such conversation."""
+
+
+class NotOwner(Exception):
+    """The conversation is not held by this agent. ``owner`` is the display name of the agent
+    who holds it ("" when nobody does); ``status`` is the conversation's status."""
+
+    def __init__(self, *, owner: str, status: str) -> None:
+        super().__init__(f"held by {owner!r}" if owner else f"status is {status}")
+        self.owner = owner
+        self.status = status
+
+
+def agent_display_name(user: Any) -> str:
+    """What shoppers and other agents see of an agent: full name, else first name, else username."""
+    return (user.get_full_name() or getattr(user, "first_name", "") or user.get_username())[:150]
+
+
+@dataclass(frozen=True)
+class OwnerChange:
+    """Result of a take-over / hand-back / close. ``changed`` is False when this call did not
+    change the owner (someone else won the take-over, or nothing to do); ``status``, ``agent``
+    (display name, "" for none), ``agent_id`` and ``epoch`` are the conversation's state as of
+    the end of the call, read in the same transaction."""
+
+    conversation_id: uuid.UUID
+    changed: bool
+    status: str
+    agent: str
+    agent_id: int | None
+    epoch: int
+
+
+def _owner_state(conversation_id: uuid.UUID, changed: bool) -> OwnerChange:
+    row = Conversation.objects.filter(pk=conversation_id).values("status", "agent_name", "agent_id", "owner_epoch").first()
+    if row is None:
+        raise NotFound(str(conversation_id))
+    return OwnerChange(conversation_id, changed, row["status"], row["agent_name"], row["agent_id"], int(row["owner_epoch"]))
+
+
+def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
+    """``agent`` (a user) takes the conversation: status ``agent``, ``owner_epoch`` + 1.
+
+    The guard is one conditional UPDATE (``... WHERE status <> 'agent'``): of two agents taking
+    over at the same moment, exactly one row update succeeds (PostgreSQL row lock, SQLite write
+    lock); the other gets ``changed=False`` with the winner's name in ``agent``. Taking over a
+    conversation one already holds is a no-op (``changed=False``, ``agent_id`` = own id).
+    Raises ``NotFound``.
+    """
+    name = agent_display_name(agent)
+    with transaction.atomic():
+        won = (
+            Conversation.objects.filter(pk=conversation_id)
+            .exclude(status=ConversationStatus.AGENT)
+            .update(
+                status=ConversationStatus.AGENT, agent=agent, agent_name=name, owner_epoch=F("owner_epoch") + 1,
+                waiting_since=None, updated_at=timezone.now(),
+            )
+        )
+        return _owner_state(conversation_id, bool(won))
+
+
+def conversation_hand_back(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
+    """The holding agent gives the conversation back to the bot (status ``bot``, epoch + 1).
+    Raises ``NotOwner`` when ``agent`` does not hold it, ``NotFound``."""
+    with transaction.atomic():
+        done = Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.AGENT, agent=agent).update(
+            status=ConversationStatus.BOT, agent=None, agent_name="", owner_epoch=F("owner_epoch") + 1,
+            updated_at=timezone.now(),
+        )
+        state = _owner_state(conversation_id, bool(done))
+    if not done:
+        raise NotOwner(owner=state.agent if state.status == ConversationStatus.AGENT else "", status=state.status)
+    return state
+
+
+def conversation_close(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
+    """Close a conversation (status ``closed``, epoch + 1; a later shopper message reopens it).
+
+    Allowed to the agent holding it, and to any agent when no agent holds it (e.g. a waiting
+    conversation the shopper left). Closing a closed conversation is a no-op (``changed=False``).
+    Raises ``NotOwner`` when another agent holds it, ``NotFound``.
+    """
+    with transaction.atomic():
+        done = (
+            Conversation.objects.filter(pk=conversation_id)
+            .exclude(status=ConversationStatus.CLOSED)
+            .filter(~models_Q(status=ConversationStatus.AGENT) | models_Q(agent=agent))
+            .update(
+                status=ConversationStatus.CLOSED, agent=None, agent_name="", waiting_since=None,
+                owner_epoch=F("owner_epoch") + 1, updated_at=timezone.now(),
+            )
+        )
+        state = _owner_state(conversation_id, bool(done))
+    if not done and state.status == ConversationStatus.AGENT:
+        raise NotOwner(owner=state.agent, status=state.status)
+    return state
+
+
+def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str) -> Message:
+    """Store a message of the agent who holds the conversation (role ``agent``, their display
+    name). Raises ``NotOwner`` when ``agent`` does not hold it, ``NotFound``. ``text`` must be
+    validated by the caller (not blank, within ``KEFU_MAX_MESSAGE_CHARS``)."""
+    with transaction.atomic():
+        try:
+            seq, _answered, status, _locale = _next_seq(conversation_id)
+        except Conversation.DoesNotExist:
+            raise NotFound(str(conversation_id)) from None
+        owner = Conversation.objects.filter(pk=conversation_id).values_list("agent_id", "agent_name").get()
+        if status != ConversationStatus.AGENT or owner[0] != agent.pk:
+            transaction.set_rollback(True)
+            raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
+        return Message.objects.create(
+            conversation_id=conversation_id, seq=seq, role=Role.AGENT, text=text, agent_name=owner[1],
+        )
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """Result of ``conversation_escalate``: ``entered`` is True when the conversation entered
+    the queue with this call (it was not waiting before); ``notice`` is the system message
+    stored for the shopper when no agent was online (None otherwise)."""
+
+    entered: bool
+    status: str
+    packet: dict[str, Any]
+    waiting_since: Any
+    notice: Message | None
+
+
+def conversation_escalate(
+    *, conversation_id: uuid.UUID, reason: str, packet: dict[str, Any], no_agent_notice: str | None
+) -> Escalation:
+    """Put the conversation in the agents' queue (status ``waiting_agent``) with its escalation
+    packet (``chat.handoff.build_packet``). The owner stays the bot, so ``owner_epoch`` is not
+    bumped. An agent-held or closed conversation is left as it is (``entered=False``).
+
+    When it newly enters the queue and ``no_agent_notice`` is given (no agent online), that text
+    is stored as a ``system`` message for the shopper. Already waiting: only the packet is updated.
+    """
+    with transaction.atomic():
+        now = timezone.now()
+        entered = bool(
+            Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.BOT).update(
+                status=ConversationStatus.WAITING_AGENT, waiting_since=now, handoff_reason=reason[:200],
+                handoff_packet=packet, updated_at=now,
+            )
+        )
+        if not entered:
+            Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.WAITING_AGENT).update(
+                handoff_reason=reason[:200], handoff_packet=packet
+            )
+        notice = None
+        if entered and no_agent_notice:
+            seq = _next_seq(conversation_id)[0]
+            notice = Message.objects.create(conversation_id=conversation_id, seq=seq, role=Role.SYSTEM, text=no_agent_notice)
+        status, waiting_since = Conversation.objects.filter(pk=conversation_id).values_list("status", "waiting_since").get()
+    return Escalation(entered=entered, status=status, packet=packet, waiting_since=waiting_since, notice=notice)
+
+
+def note_add(*, conversation_id: uuid.UUID, author: Any, text: str) -> InternalNote:
+    """Store an internal note (agents only; never sent to the shopper). Raises ``NotFound``."""
+    if not Conversation.objects.filter(pk=conversation_id).exists():
+        raise NotFound(str(conversation_id))
+    return InternalNote.objects.create(
+        conversation_id=conversation_id, author=author, author_name=agent_display_name(author), text=text
+    )

@@ -1,10 +1,19 @@
 from django.contrib import admin
+from django.contrib.auth.views import LogoutView
 from django.urls import path
 
 from chat import views
+from routing import gateway_views
 
 urlpatterns = [
     path("", views.storefront, name="storefront"),
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    # OpenAI-compatible gateway (docs/routing.md, "Gateway"): base URL http://HOST/v1 for any OpenAI client.
+    path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat-completions"),
+    # Agent console (docs/console.md); its WebSocket is /ws/agent/ (chat/routing.py).
+    path("console/", views.console, name="console"),
+    path("console/conversations/<uuid:conversation_id>/", views.console_transcript, name="console-transcript"),
+    path("console/login/", views.ConsoleLoginView.as_view(), name="console-login"),
+    path("console/logout/", LogoutView.as_view(next_page="/console/login/"), name="console-logout"),
 ]

@@ -1,0 +1,411 @@
+/* kefu agent console (templates/console.html): the conversation list and one open conversation,
+   live over /ws/agent/ (frames: docs/console.md). No framework, no inline script (strict CSP);
+   every text is set with textContent, never parsed as HTML. */
+(function () {
+  "use strict";
+
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, cls, text) => {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text != null) node.textContent = text;
+    return node;
+  };
+
+  const state = {
+    ws: null,
+    attempts: 0,
+    me: null, // display name
+    myId: null,
+    rows: new Map(), // conversation id -> row (console list shape)
+    open: null, // followed conversation id
+    info: null, // its row
+    msgs: new Map(), // message id -> {el, text, streaming}
+    lastTypingAt: 0,
+    maxChars: 2000,
+  };
+
+  const ROLE_LABEL = { shopper: "Shopper", bot: "Bot", agent: "Agent", system: "Notice" };
+  const STATUS_LABEL = {
+    bot: "Bot is answering",
+    waiting_agent: "Waiting for an agent",
+    agent: "With an agent",
+    closed: "Closed",
+  };
+
+  // --- socket --------------------------------------------------------------------------------
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    const ws = new WebSocket(`${scheme}//${location.host}${document.body.dataset.wsPath || "/ws/agent/"}`);
+    state.ws = ws;
+    setConn("Connecting…", "connecting");
+    ws.addEventListener("open", () => {
+      state.attempts = 0;
+      setConn("Online", "online");
+    });
+    ws.addEventListener("message", (event) => {
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch (e) {
+        return;
+      }
+      handle(frame);
+    });
+    ws.addEventListener("close", (event) => {
+      state.ws = null;
+      if (event.code === 4403) {
+        setConn("Not allowed: sign in as an agent", "offline");
+        location.assign("/console/login/?next=/console/");
+        return;
+      }
+      setConn("Offline — reconnecting…", "offline");
+      const delay = Math.min(15000, 500 * 2 ** state.attempts++) * (0.5 + Math.random() / 2);
+      setTimeout(connect, delay);
+    });
+  }
+
+  function send(frame) {
+    if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return false;
+    state.ws.send(JSON.stringify(frame));
+    return true;
+  }
+
+  function setConn(text, kind) {
+    const c = $("conn");
+    c.textContent = text;
+    c.dataset.state = kind;
+  }
+
+  // --- frames --------------------------------------------------------------------------------
+  function handle(f) {
+    switch (f.type) {
+      case "ready":
+        state.me = f.agent;
+        state.myId = f.agent_id;
+        state.maxChars = f.max_chars || state.maxChars;
+        $("me").textContent = f.agent;
+        fillCanned(f.canned || []);
+        return;
+      case "queue":
+        state.rows.clear();
+        for (const row of f.conversations) state.rows.set(row.id, row);
+        renderLists();
+        if (state.open) send({ type: "open", conversation: state.open }); // after a reconnect
+        return;
+      case "conversation.update":
+        return onUpdate(f);
+      case "handoff":
+        state.rows.set(f.conversation, f.info);
+        renderLists();
+        notify(`New conversation waiting for an agent: ${shortId(f.conversation)}${f.packet && f.packet.shopper_request ? " — “" + f.packet.shopper_request.text + "”" : ""}`);
+        if (f.conversation === state.open) showPacket(f.packet);
+        return;
+      case "error":
+        notify(f.message || f.code, true);
+        return;
+    }
+    if (f.conversation !== state.open) return;
+    switch (f.type) {
+      case "history":
+        return onHistory(f);
+      case "message":
+        return onMessage(f);
+      case "stream.start":
+        return upsertMessage({ id: f.id, seq: f.seq, role: "bot", text: "", route: f.route, streaming: true });
+      case "stream.delta":
+        return onDelta(f);
+      case "stream.end":
+        return upsertMessage({ id: f.id, seq: f.seq, role: "bot", text: f.text, route: f.route, cut: f.cut, streaming: false });
+      case "status":
+        return onStatus(f.status, f.agent || "");
+      case "typing":
+        return onTyping(f);
+      case "note":
+        return addNote(f);
+      case "suggestion":
+        return onSuggestion(f);
+    }
+  }
+
+  function onUpdate(f) {
+    const row = state.rows.get(f.conversation) || {
+      id: f.conversation, status: "bot", agent: "", waiting_since: null, updated_at: null, last_message: null,
+    };
+    if (f.status) {
+      row.status = f.status;
+      row.agent = f.agent || "";
+      if (f.status === "waiting_agent" && !row.waiting_since) row.waiting_since = new Date().toISOString();
+      if (f.status !== "waiting_agent") row.waiting_since = null;
+    }
+    if (f.last_message && (!row.last_message || f.last_message.seq >= row.last_message.seq)) row.last_message = f.last_message;
+    row.updated_at = new Date().toISOString();
+    state.rows.set(row.id, row);
+    renderLists();
+    if (row.id === state.open) {
+      state.info = row;
+      renderStatus();
+    }
+  }
+
+  // --- the list ------------------------------------------------------------------------------
+  function shortId(id) {
+    return String(id).slice(0, 8);
+  }
+
+  function since(iso) {
+    if (!iso) return "";
+    const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+    if (s < 60) return `${s}s`;
+    if (s < 3600) return `${Math.floor(s / 60)}m`;
+    return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}`;
+  }
+
+  function renderLists() {
+    const groups = { waiting_agent: [], agent: [], bot: [] };
+    for (const row of state.rows.values()) if (groups[row.status]) groups[row.status].push(row);
+    groups.waiting_agent.sort((a, b) => String(a.waiting_since).localeCompare(String(b.waiting_since)));
+    const recent = (a, b) => String(b.updated_at).localeCompare(String(a.updated_at));
+    groups.agent.sort(recent);
+    groups.bot.sort(recent);
+    for (const [status, id] of [["waiting_agent", "waiting"], ["agent", "agent"], ["bot", "bot"]]) {
+      const list = $(`list-${id}`);
+      list.replaceChildren(...groups[status].map(renderRow));
+      $(`count-${id}`).textContent = String(groups[status].length);
+    }
+  }
+
+  function renderRow(row) {
+    const li = el("li", "queue__item");
+    li.dataset.id = row.id;
+    li.dataset.status = row.status;
+    if (row.id === state.open) li.classList.add("is-open");
+    const btn = el("button", "queue__btn");
+    btn.type = "button";
+    const head = el("span", "queue__head");
+    head.append(el("span", "queue__id", shortId(row.id)));
+    if (row.status === "waiting_agent") head.append(el("span", "queue__wait", `waiting ${since(row.waiting_since)}`));
+    if (row.status === "agent") head.append(el("span", "queue__agent", row.agent || "agent"));
+    btn.append(head);
+    const last = row.last_message;
+    if (last) {
+      const line = el("span", "queue__last");
+      line.append(el("span", "queue__role", `${ROLE_LABEL[last.role] || last.role}: `), document.createTextNode(last.text));
+      if (last.route) line.append(el("span", "badge", last.route));
+      btn.append(line);
+    }
+    btn.addEventListener("click", () => openConversation(row.id));
+    li.append(btn);
+    return li;
+  }
+
+  setInterval(renderLists, 15000); // refresh the "waiting 3m" labels
+
+  // --- one conversation ------------------------------------------------------------------------
+  function openConversation(id) {
+    state.open = id;
+    state.info = state.rows.get(id) || null;
+    state.msgs.clear();
+    $("log").replaceChildren();
+    $("notes").replaceChildren();
+    $("packet").hidden = true;
+    $("typing").hidden = true;
+    $("reply").value = "";
+    $("suggest-hint").textContent = "";
+    $("detail").hidden = false;
+    $("empty").hidden = true;
+    $("detail-title").textContent = `Conversation ${shortId(id)}`;
+    $("link-transcript").href = `/console/conversations/${id}/`;
+    renderLists();
+    renderStatus();
+    send({ type: "open", conversation: id });
+  }
+
+  function onHistory(f) {
+    state.info = Object.assign({}, state.rows.get(f.conversation) || {}, f.info);
+    for (const m of f.messages) upsertMessage(Object.assign({}, m, { streaming: m.state === "streaming" }));
+    $("notes").replaceChildren();
+    for (const n of f.notes) addNote(n);
+    if (f.info.packet) showPacket(f.info.packet);
+    renderStatus();
+  }
+
+  function onMessage(f) {
+    upsertMessage({ id: f.id, seq: f.seq, role: f.role, text: f.text, route: f.route, cut: f.cut, agent: f.agent, streaming: false });
+    if (f.role === "shopper") $("typing").hidden = true;
+  }
+
+  function onDelta(f) {
+    const m = state.msgs.get(f.id);
+    if (!m) return;
+    const have = m.text.length;
+    const pos = typeof f.pos === "number" ? f.pos : have;
+    if (pos + f.text.length <= have) return; // already shown (history raced the live stream)
+    m.text += pos < have ? f.text.slice(have - pos) : f.text;
+    m.body.textContent = m.text;
+    scrollLog();
+  }
+
+  function upsertMessage(m) {
+    let rec = state.msgs.get(m.id);
+    if (!rec) {
+      const li = el("li", `msg msg--${m.role}`);
+      li.dataset.id = String(m.id);
+      li.dataset.seq = String(m.seq);
+      const meta = el("div", "msg__meta");
+      const body = el("div", "msg__body");
+      li.append(meta, body);
+      rec = { el: li, meta, body, text: "", seq: m.seq };
+      state.msgs.set(m.id, rec);
+      // keep seq order (history and live frames may interleave)
+      const log = $("log");
+      const after = Array.from(log.children).find((c) => Number(c.dataset.seq) > m.seq);
+      log.insertBefore(li, after || null);
+    }
+    rec.text = m.text || "";
+    rec.body.textContent = rec.text;
+    const who = m.role === "agent" ? `${m.agent || "Agent"} (agent)` : ROLE_LABEL[m.role] || m.role;
+    rec.meta.replaceChildren(el("span", "msg__who", who));
+    if (m.route) rec.meta.append(el("span", "badge", m.route));
+    if (m.cut) rec.meta.append(el("span", "badge badge--warn", "cut"));
+    rec.el.classList.toggle("is-streaming", !!m.streaming);
+    scrollLog();
+  }
+
+  function scrollLog() {
+    const log = $("log");
+    log.scrollTop = log.scrollHeight;
+  }
+
+  function onStatus(status, agent) {
+    if (!state.info) state.info = { id: state.open };
+    state.info.status = status;
+    state.info.agent = agent;
+    renderStatus();
+  }
+
+  function mine() {
+    return !!state.info && state.info.status === "agent" && state.info.agent === state.me;
+  }
+
+  function renderStatus() {
+    const info = state.info || {};
+    const status = info.status || "bot";
+    let text = STATUS_LABEL[status] || status;
+    if (status === "agent") text += `: ${info.agent === state.me ? "you" : info.agent}`;
+    $("detail-status").textContent = text;
+    $("detail").dataset.status = status;
+    $("btn-take").disabled = status === "agent";
+    $("btn-back").disabled = !mine();
+    $("btn-close").disabled = status === "closed" || (status === "agent" && !mine());
+    $("reply").disabled = !mine();
+    $("btn-send").disabled = !mine();
+    $("reply").placeholder = mine() ? "Reply to the shopper (Enter to send, Shift+Enter for a new line)" : "Take the conversation over to reply";
+  }
+
+  function showPacket(p) {
+    if (!p) return;
+    $("packet").hidden = false;
+    const why = [p.rule && `Rule: ${p.rule}`, p.route && `route ${p.route}`, p.reason].filter(Boolean).join(" · ");
+    $("packet-why").textContent = p.shopper_request ? `${why} — shopper: “${p.shopper_request.text}”` : why;
+    $("packet-summary").textContent = p.summary || "";
+    $("packet-told").replaceChildren(...(p.bot_told || []).map((b) => el("li", null, `[${b.route}${b.cut ? ", cut" : ""}] ${b.text}`)));
+  }
+
+  let typingTimer = null;
+  function onTyping(f) {
+    if (f.role !== "shopper") return; // an agent's own typing echoes back through the conversation
+    const t = $("typing");
+    t.hidden = false;
+    clearTimeout(typingTimer);
+    typingTimer = setTimeout(() => (t.hidden = true), 4000);
+  }
+
+  function addNote(n) {
+    const li = el("li", "note");
+    li.append(el("strong", null, n.author), document.createTextNode(`: ${n.text}`));
+    $("notes").append(li);
+  }
+
+  function onSuggestion(f) {
+    if (f.text) {
+      $("reply").value = f.text; // a draft: the agent edits it and sends it, never sent on its own
+      $("suggest-hint").textContent = `Draft from ${f.route} — edit before sending`;
+      $("reply").focus();
+    } else {
+      $("suggest-hint").textContent = "No suggestion for this conversation";
+    }
+  }
+
+  let notifyTimer = null;
+  function notify(text, isError) {
+    const n = $("notify");
+    n.textContent = text;
+    n.hidden = false;
+    n.classList.toggle("is-error", !!isError);
+    clearTimeout(notifyTimer);
+    notifyTimer = setTimeout(() => (n.hidden = true), 8000);
+  }
+
+  function fillCanned(items) {
+    const select = $("canned");
+    select.replaceChildren(el("option", null, "—"));
+    select.firstChild.value = "";
+    for (const c of items) {
+      const o = el("option", null, c.title);
+      o.value = c.text;
+      select.append(o);
+    }
+  }
+
+  // --- controls ------------------------------------------------------------------------------
+  $("btn-take").addEventListener("click", () => send({ type: "take_over", conversation: state.open }));
+  $("btn-back").addEventListener("click", () => send({ type: "hand_back", conversation: state.open }));
+  $("btn-close").addEventListener("click", () => send({ type: "close", conversation: state.open }));
+  $("btn-suggest").addEventListener("click", () => {
+    $("suggest-hint").textContent = "Drafting…";
+    send({ type: "suggest", conversation: state.open });
+  });
+  $("canned").addEventListener("change", (event) => {
+    const text = event.target.value;
+    if (!text) return;
+    const reply = $("reply");
+    reply.value = reply.value ? `${reply.value} ${text}` : text;
+    event.target.value = "";
+    reply.focus();
+  });
+
+  function sendReply() {
+    const reply = $("reply");
+    const text = reply.value;
+    if (!text.trim() || !mine()) return;
+    if ([...text].length > state.maxChars) return notify(`At most ${state.maxChars} characters`, true);
+    if (send({ type: "message", conversation: state.open, text })) {
+      reply.value = "";
+      $("suggest-hint").textContent = "";
+    }
+  }
+  $("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sendReply();
+  });
+  $("reply").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      sendReply();
+    }
+  });
+  $("reply").addEventListener("input", () => {
+    const now = Date.now();
+    if (mine() && $("reply").value.trim() && now - state.lastTypingAt > 2000) {
+      if (send({ type: "typing", conversation: state.open })) state.lastTypingAt = now;
+    }
+  });
+  $("note-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const input = $("note");
+    if (input.value.trim() && state.open && send({ type: "note", conversation: state.open, text: input.value })) input.value = "";
+  });
+
+  connect();
+})();

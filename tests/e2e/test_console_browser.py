@@ -1,0 +1,116 @@
+"""Two real browser pages at once (Debian's Chromium driven by Playwright) on a live kefu: a
+shopper on the storefront's widget and an agent in the console. The shopper asks for a person,
+the agent sees the conversation appear, takes it over, they talk both ways, the agent hands it
+back and the bot answers again."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture
+def browser(chromium):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def create_agent(kefu, username: str, name: str, password: str) -> None:
+    subprocess.run(
+        [sys.executable, "manage.py", "create_agent", username, "--name", name, "--password-stdin"],
+        cwd=ROOT, env=kefu.env, input=password + "\n", text=True, check=True, capture_output=True,
+    )
+
+
+def watch(page, errors: list[str], frames: list[dict] | None = None) -> None:
+    page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" and "favicon" not in m.text else None)
+    page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+    if frames is not None:
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(json.loads(payload))))
+
+
+def test_shopper_and_agent_talk_live_then_the_bot_answers_again(live_kefu, browser):
+    from playwright.sync_api import expect
+
+    kefu = live_kefu()
+    create_agent(kefu, "alice", "Alice", "correct horse battery")
+    errors: list[str] = []
+
+    # The agent signs in (own browser context: own cookies).
+    agent = browser.new_context().new_page()
+    watch(agent, errors)
+    agent.goto(kefu.base + "/console/")
+    expect(agent).to_have_url(re.compile(r"/console/login/"))
+    agent.fill("#id_username", "alice")
+    agent.fill("#id_password", "correct horse battery")
+    agent.click("button[type=submit]")
+    expect(agent).to_have_url(kefu.base + "/console/")
+    expect(agent.locator("#conn")).to_have_text("Online", timeout=20000)
+
+    # The shopper asks for a person in the widget.
+    shopper = browser.new_context().new_page()
+    shopper_frames: list[dict] = []
+    watch(shopper, errors, shopper_frames)
+    shopper.goto(kefu.base + "/")
+    shopper.click("kefu-chat >> .kefu-launcher")
+    shopper.fill("kefu-chat >> #kefu-input", "can I talk to a human please")
+    shopper.press("kefu-chat >> #kefu-input", "Enter")
+    expect(shopper.locator("kefu-chat >> .kefu-msg--bot").last).to_contain_text("person", timeout=20000)
+
+    # It appears in the agent's waiting list without a reload, with the notification.
+    waiting = agent.locator("#list-waiting .queue__item")
+    expect(waiting).to_have_count(1, timeout=20000)
+    expect(agent.locator("#notify")).to_contain_text("can I talk to a human please")
+    waiting.first.locator("button").click()
+    expect(agent.locator("#log .msg--shopper .msg__body")).to_have_text(["can I talk to a human please"], timeout=20000)
+    expect(agent.locator("#packet-why")).to_contain_text("asked_for_person")
+
+    # Take over: the shopper is told who joined.
+    agent.click("#btn-take")
+    expect(agent.locator("#detail-status")).to_have_text("With an agent: you", timeout=20000)
+    expect(agent.locator("#list-agent .queue__item")).to_have_count(1)
+    expect(shopper.locator("kefu-chat >> .kefu-notice").last).to_have_text("Alice joined the conversation", timeout=20000)
+
+    # Shopper -> agent.
+    shopper.fill("kefu-chat >> #kefu-input", "my vase arrived with a crack")
+    shopper.press("kefu-chat >> #kefu-input", "Enter")
+    expect(agent.locator("#log .msg--shopper .msg__body").last).to_have_text("my vase arrived with a crack", timeout=20000)
+
+    # Agent -> shopper (a canned reply would be inserted the same way; here typed).
+    agent.fill("#reply", "Sorry about that! I'm sending a replacement today.")
+    agent.press("#reply", "Enter")
+    agent_msg = shopper.locator("kefu-chat >> .kefu-msg--agent").last
+    expect(agent_msg).to_contain_text("Sorry about that! I'm sending a replacement today.", timeout=20000)
+    expect(agent.locator("#log .msg--agent")).to_have_count(1)
+
+    # Hand back: the bot answers the next question, and the agent watches it stream in.
+    agent.click("#btn-back")
+    expect(shopper.locator("kefu-chat >> .kefu-notice").last).to_have_text(
+        "You are chatting with our assistant again", timeout=20000
+    )
+    shopper.fill("kefu-chat >> #kefu-input", "can I pay with paypal?")
+    shopper.press("kefu-chat >> #kefu-input", "Enter")
+    answer = "We accept Visa, Mastercard, PayPal and Apple Pay."
+    expect(shopper.locator("kefu-chat >> .kefu-msg--bot").last.locator(".kefu-bubble")).to_have_text(answer, timeout=20000)
+    expect(agent.locator("#log .msg--bot").last.locator(".msg__body")).to_have_text(answer, timeout=20000)
+
+    statuses = [f for f in shopper_frames if f["type"] == "status"]
+    assert statuses == [
+        {"type": "status", "status": "waiting_agent"},
+        {"type": "status", "status": "agent", "agent": "Alice"},
+        {"type": "status", "status": "bot"},
+    ]
+    assert errors == []

@@ -58,3 +58,45 @@ class CachedAnswerGround(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["answer", "faq_entry_id"], name="cache_ground_unique")]
+
+
+class CacheAudit(models.Model):
+    """One check of a served semantic hit: the measured false-hit rate (issue 3, point 5).
+
+    Rows come from two places (``cache_layer.audit``): a random sample of semantic hits re-answered
+    in the background by the tier that would have answered (verdict ``same`` / ``different``, or
+    ``error`` when no fresh answer could be had), and an agent marking a cached answer wrong
+    (``agent_wrong``; the entry is evicted). The question, the cached question and answer are
+    copied onto the row, so it stays readable after the entry is evicted or expires (``entry``
+    then becomes NULL). ``intent`` is the cache intent model's resolved intent of the served
+    question (``other`` when the model is missing). ``similarity``: cosine of the two answers'
+    embeddings (-1..1), NULL when there is no fresh answer.
+    """
+
+    class Verdict(models.TextChoices):
+        SAME = "same"
+        DIFFERENT = "different"
+        ERROR = "error"
+        AGENT_WRONG = "agent_wrong"
+
+    entry = models.ForeignKey(CachedAnswer, null=True, blank=True, on_delete=models.SET_NULL, related_name="audits")
+    message_id = models.BigIntegerField(null=True, blank=True, db_index=True, help_text="the shopper message served from the cache")
+    intent = models.CharField(max_length=100, db_index=True)
+    question = models.TextField(help_text="the question that was served from the cache")
+    cached_question = models.TextField()
+    cached_answer = models.TextField()
+    fresh_answer = models.TextField(blank=True)
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    similarity = models.FloatField(null=True, blank=True, help_text="cosine of the fresh and cached answers' embeddings")
+    tier = models.CharField(max_length=16, blank=True, help_text="tier that re-answered")
+    model = models.CharField(max_length=128, blank=True, help_text="model that re-answered")
+    marked_by = models.CharField(max_length=150, blank=True, help_text="the agent, for agent_wrong")
+    detail = models.CharField(max_length=200, blank=True, help_text="why, for error")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["intent", "verdict"], name="cacheaudit_intent_verdict")]
+
+    def __str__(self) -> str:
+        return f"{self.verdict}: {self.question[:60]}"

@@ -51,6 +51,15 @@ def _luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
+def _inside_word(t: str, m: re.Match[str]) -> bool:
+    """True when the match sits inside a longer token with a letter right before AND right after
+    it ("Acc41652be85a", a hash or a SKU): that is not an order or phone number. An identifier
+    with a letter prefix only ("ORD48213377") or suffix only still counts."""
+    before = t[m.start() - 1] if m.start() > 0 else " "
+    after = t[m.end()] if m.end() < len(t) else " "
+    return before.isalpha() and after.isalpha()
+
+
 def personal_data(text: str) -> str | None:
     """The kind of personal data found in ``text`` (``"order_number"``, ``"email"``, ...) or ``None``.
 
@@ -61,12 +70,12 @@ def personal_data(text: str) -> str | None:
         return "email"
     for m in _CARD.finditer(t):
         digits = re.sub(r"\D", "", m.group())
-        if 13 <= len(digits) <= 19 and _luhn_ok(digits):
+        if 13 <= len(digits) <= 19 and _luhn_ok(digits) and not _inside_word(t, m):
             return "card_number"
-    if _LONG_DIGITS.search(t):
+    if any(not _inside_word(t, m) for m in _LONG_DIGITS.finditer(t)):
         return "order_number"
     for m in _PHONE.finditer(t):
-        if len(re.sub(r"\D", "", m.group())) >= 7:
+        if len(re.sub(r"\D", "", m.group())) >= 7 and not _inside_word(t, m):
             return "phone_number"
     if _STREET_EN.search(t) or _STREET_ZH.search(t):
         return "street_address"

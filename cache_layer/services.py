@@ -5,8 +5,10 @@ so they survive a restart and every worker sees them. Each process keeps an in-m
 scope (the scope's ids, questions and a ``(n, dim)`` float32 matrix) for the semantic search: an
 exact dot-product search with numpy, refreshed when the scope's entries change. Change detection is
 one indexed aggregate per lookup (count and max id of the scope), so an entry stored by another
-worker is seen at that worker's next lookup. Redis for the exact cache and a vector library (usearch
-/ faiss) are not used yet.
+worker is seen at that worker's next lookup. The exact lookup first asks the exact store
+(:mod:`cache_layer.exact_store`: Redis when ``REDIS_URL`` is set, else local memory), then the
+database, and refills the store on a database hit; every deletion path deletes the store's keys
+too. A vector library (usearch / faiss) is not used yet.
 
 Settings read (``getattr(settings, name, default)``):
 - ``KEFU_CACHE_ENABLED`` (True)
@@ -15,7 +17,10 @@ Settings read (``getattr(settings, name, default)``):
 - ``KEFU_CACHE_SEMANTIC_THRESHOLD`` (0.93): cosine needed for a semantic hit (measured, see
   ``bench/cache_guard_eval.py``);
 - ``KEFU_CACHE_GUARD_MAX_EXTRA`` (1): content words one question may add (see ``similarity.guard``);
-- ``KEFU_CACHE_SEMANTIC_CANDIDATES`` (5): above-threshold neighbours tried against the guard.
+- ``KEFU_CACHE_SEMANTIC_CANDIDATES`` (5): nearest neighbours judged per lookup;
+- ``KEFU_CACHE_INTENT_COSINE`` (0.85) and ``KEFU_CACHE_INTENT_CONFIDENCE`` (0.7): the same-intent
+  rule (``cache_layer/intent_model.py``; a confidence above 1 switches it off);
+- ``KEFU_CACHE_AMBIGUITY_MARGIN`` (0.03): see ``lookup``.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import hashlib
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Sequence
 
 import numpy as np
@@ -31,11 +36,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Max
 from django.utils import timezone
+from redis.exceptions import RedisError
 
+from .exact_store import ExactEntry, get_exact_store
 from .models import CachedAnswer, CachedAnswerGround
 from .normalise import exact_key_text
 from .policy import may_cache_answer, may_cache_question
-from .similarity import guard
+from .intent_model import get_intent_model
+from .similarity import semantic_verdict
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +74,19 @@ def guard_max_extra() -> int:
     return int(_setting("KEFU_CACHE_GUARD_MAX_EXTRA", 1))  # type: ignore[call-overload]
 
 
+def intent_cosine() -> float:
+    return float(_setting("KEFU_CACHE_INTENT_COSINE", 0.85))  # type: ignore[arg-type]
+
+
+def intent_confidence() -> float:
+    """Above 1.0 switches the intent rule off (lexical rule only)."""
+    return float(_setting("KEFU_CACHE_INTENT_CONFIDENCE", 0.7))  # type: ignore[arg-type]
+
+
+def ambiguity_margin() -> float:
+    return float(_setting("KEFU_CACHE_AMBIGUITY_MARGIN", 0.03))  # type: ignore[arg-type]
+
+
 def semantic_candidates() -> int:
     return int(_setting("KEFU_CACHE_SEMANTIC_CANDIDATES", 5))  # type: ignore[call-overload]
 
@@ -84,6 +105,7 @@ class CacheHit:
     entry_id: int
     model: str  # the model that wrote the answer originally
     question: str  # the cached question that matched
+    rule: str = "exact"  # which rule allowed the hit: "exact", "same_intent" or "lexical"
 
 
 def scope_key(*, store: str, locale: str, tier: str, faq_version: str, prompt_version: str) -> str:
@@ -196,17 +218,92 @@ def _record_hit(entry_id: int) -> None:
     CachedAnswer.objects.filter(id=entry_id).update(hits=F("hits") + 1, last_hit_at=timezone.now())
 
 
+# --- Exact store (the fast path; the rows stay the source of truth) ----------------------------------
+# Store failures (Redis down or slow) are logged and the database answers: the store only saves the
+# exact lookup a query. A deletion that failed to reach the store cannot serve a stale answer: every
+# store hit is checked against its row by the UPDATE that records the hit (see _record_exact_hit).
+
+
+def _exact_get(scope: str, key_hash: str) -> ExactEntry | None:
+    try:
+        return get_exact_store().get(scope, key_hash)
+    except (RedisError, ValueError) as e:  # ValueError: a value that is not our JSON
+        log.warning("exact store read failed, using the database: %s", e)
+        return None
+
+
+def _exact_set(scope: str, key_hash: str, payload: ExactEntry, *, expires_at: datetime, now: datetime) -> None:
+    """Put ``payload`` in the exact store until the row's ``expires_at`` (absolute, not now + TTL)."""
+    try:
+        get_exact_store().set(scope, key_hash, payload, (expires_at - now).total_seconds())
+    except RedisError as e:
+        log.warning("exact store write failed: %s", e)
+
+
+def _exact_delete(keys: Sequence[tuple[str, str]]) -> None:
+    """Delete ``(scope, key_hash)`` pairs from the exact store."""
+    if not keys:
+        return
+    try:
+        get_exact_store().delete(keys)
+    except RedisError as e:
+        log.warning("exact store delete of %d keys failed (each is refused at its next hit): %s", len(keys), e)
+
+
+def _exact_purge(scope: str | None) -> None:
+    try:
+        get_exact_store().purge(scope)
+    except RedisError as e:
+        log.warning("exact store purge failed (its keys are refused at their next hit): %s", e)
+
+
+def _record_exact_hit(entry: ExactEntry, now: datetime) -> bool:
+    """Record a hit on the row ``entry`` was made from; ``False`` (nothing recorded) when that row
+    was deleted, replaced by a newer one (same key, new ``id``/``created_at``) or has expired."""
+    created_at = datetime.fromisoformat(entry["created_at"])
+    n = CachedAnswer.objects.filter(id=entry["id"], created_at=created_at, expires_at__gt=now).update(
+        hits=F("hits") + 1, last_hit_at=now
+    )
+    return n == 1
+
+
+def _exact_hit(*, scope: str, key_hash: str, now: datetime) -> CacheHit | None:
+    """Exact hit: the exact store, then the database (which refills the store on a hit)."""
+    entry = _exact_get(scope, key_hash)
+    if entry is not None:
+        if _record_exact_hit(entry, now):
+            return CacheHit(answer=entry["answer"], route=ROUTE_EXACT, similarity=1.0, entry_id=entry["id"],
+                            model=entry["model"], question=entry["question"])
+        _exact_delete([(scope, key_hash)])  # stale: deleted, replaced or expired since it was stored
+    row = (
+        CachedAnswer.objects.filter(scope=scope, key_hash=key_hash, expires_at__gt=now)
+        .values_list("id", "answer", "model", "question", "created_at", "expires_at")
+        .first()
+    )
+    if row is None:
+        return None
+    _record_hit(row[0])
+    payload: ExactEntry = {"id": row[0], "answer": row[1], "model": row[2], "question": row[3],
+                           "created_at": row[4].isoformat()}
+    _exact_set(scope, key_hash, payload, expires_at=row[5], now=now)
+    return CacheHit(answer=row[1], route=ROUTE_EXACT, similarity=1.0, entry_id=row[0], model=row[2], question=row[3])
+
+
 def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheHit | None:
     """The cached answer for ``question`` in ``scope``, or ``None``.
 
     1. The question must pass :func:`~cache_layer.policy.may_cache_question` (no personal data,
        not a follow-up), else ``None`` without touching the store.
-    2. Exact: same scope and same :func:`exact_key_text`, not expired.
+    2. Exact: same scope and same :func:`exact_key_text`, not expired: the exact store first
+       (checked against its row when the hit is recorded), then the database.
     3. Semantic: ``embedding`` (shape ``(dim,)``, unit norm, the same embedder and the same text
        normalisation as at :func:`store`; computed from ``question`` when ``None``) against the
-       scope's vectors; the best candidates with cosine >= ``KEFU_CACHE_SEMANTIC_THRESHOLD`` are
-       tried in order and the first that passes :func:`~cache_layer.similarity.guard` and has not
-       expired is served.
+       scope's vectors; the ``KEFU_CACHE_SEMANTIC_CANDIDATES`` nearest are judged by
+       :func:`~cache_layer.similarity.semantic_verdict` (hard guard; same resolved intent above
+       ``KEFU_CACHE_INTENT_COSINE``, or the strict lexical rule above
+       ``KEFU_CACHE_SEMANTIC_THRESHOLD``). The closest live one that passes is served, unless
+       another passing one with a different answer is within ``KEFU_CACHE_AMBIGUITY_MARGIN`` of
+       its cosine (then nothing is: which answer is right would be a guess).
 
     A hit increments the entry's ``hits`` and sets ``last_hit_at``; ``expires_at`` is unchanged.
     Synchronous (ORM): call it through ``database_sync_to_async`` from async code.
@@ -218,14 +315,9 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     if not ok or not key:
         return None
     now = timezone.now()
-    row = (
-        CachedAnswer.objects.filter(scope=scope, key_hash=_key_hash(key), expires_at__gt=now)
-        .values_list("id", "answer", "model", "question")
-        .first()
-    )
-    if row is not None:
-        _record_hit(row[0])
-        return CacheHit(answer=row[1], route=ROUTE_EXACT, similarity=1.0, entry_id=row[0], model=row[2], question=row[3])
+    exact = _exact_hit(scope=scope, key_hash=_key_hash(key), now=now)
+    if exact is not None:
+        return exact
 
     idx = _scope_index(scope)
     if len(idx.ids) == 0:
@@ -235,29 +327,48 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         log.warning("cache lookup: embedding dim %s does not match the scope's %s", vec.shape[0], idx.vecs.shape[1])
         return None
     sims = idx.vecs @ vec  # (n,) cosines: rows and query are unit vectors
-    threshold = semantic_threshold()
+    lexical_t, intent_t = semantic_threshold(), intent_cosine()
     k = min(semantic_candidates(), len(sims))
     top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
-    top = top[np.argsort(-sims[top])]
-    max_extra = guard_max_extra()
-    for i in top:
+    top = [int(i) for i in top[np.argsort(-sims[top])] if sims[i] >= min(lexical_t, intent_t)]
+    if not top:
+        return None
+    model = get_intent_model() if intent_confidence() <= 1.0 else None
+    if model is not None and model.dim != vec.shape[0]:
+        model = None
+    resolved = model.resolve(np.vstack([vec[None, :], idx.vecs[top]])) if model is not None else None
+    passing: list[tuple[int, float, str]] = []  # (index row, cosine, rule)
+    for n, i in enumerate(top):
         sim = float(sims[i])
-        if sim < threshold:
-            break
-        passed, reason = guard(idx.questions[i], question, max_extra=max_extra)
-        if not passed:
-            log.debug("cache guard blocked %r ~ %r (%.3f): %s", question, idx.questions[i], sim, reason)
-            continue
-        hit = (
-            CachedAnswer.objects.filter(id=int(idx.ids[i]), expires_at__gt=now)
-            .values_list("id", "answer", "model", "question")
-            .first()
+        verdict = semantic_verdict(
+            question, idx.questions[i], similarity=sim,
+            resolved=(resolved[0], resolved[n + 1]) if resolved is not None else None,
+            lexical_threshold=lexical_t, intent_threshold=intent_t, intent_confidence=intent_confidence(),
+            max_extra=guard_max_extra(),
         )
-        if hit is None:
-            continue  # expired (or deleted since the index loaded)
-        _record_hit(hit[0])
-        return CacheHit(answer=hit[1], route=ROUTE_SEMANTIC, similarity=sim, entry_id=hit[0], model=hit[2], question=hit[3])
-    return None
+        if verdict.ok:
+            passing.append((i, sim, verdict.rule))
+        else:
+            log.debug("cache: %r ~ %r (%.3f) refused: %s", question, idx.questions[i], sim, verdict.rule)
+    rows = {
+        r[0]: r
+        for r in CachedAnswer.objects.filter(id__in=[int(idx.ids[i]) for i, _, _ in passing], expires_at__gt=now)
+        .values_list("id", "answer", "model", "question")
+    }
+    live = [(i, sim, rule) for i, sim, rule in passing if int(idx.ids[i]) in rows]
+    if not live:
+        return None
+    best_i, best_sim, rule = live[0]
+    best = rows[int(idx.ids[best_i])]
+    # Two cached questions both fit and their answers differ: unless the best is clearly closer,
+    # which one is right is a guess, and a wrong guess is a false hit. A miss costs one model call.
+    for i, sim, _ in live[1:]:
+        if best_sim - sim < ambiguity_margin() and rows[int(idx.ids[i])][1] != best[1]:
+            log.debug("cache: %r ambiguous between %r and %r", question, best[3], rows[int(idx.ids[i])][3])
+            return None
+    _record_hit(best[0])
+    return CacheHit(answer=best[1], route=ROUTE_SEMANTIC, similarity=best_sim, entry_id=best[0], model=best[2],
+                    question=best[3], rule=rule)
 
 
 # --- Store -------------------------------------------------------------------------------------------
@@ -320,6 +431,12 @@ def store(
             )
     except IntegrityError:
         return False  # another worker stored the same key a moment ago
+    payload: ExactEntry = {"id": entry.id, "answer": answer, "model": model, "question": question,
+                           "created_at": entry.created_at.isoformat()}
+    # On commit: inside a caller's transaction that rolls back, the store must not learn the row.
+    transaction.on_commit(
+        lambda: _exact_set(scope, kh, payload, expires_at=entry.expires_at, now=timezone.now()), robust=True
+    )
     _forget([scope])
     enforce_size_bound()
     return True
@@ -352,15 +469,18 @@ def evict_for_faq_entry(entry_id: int) -> int:
     ids = list(CachedAnswerGround.objects.filter(faq_entry_id=entry_id).values_list("answer_id", flat=True))
     if not ids:
         return 0
-    scopes = list(CachedAnswer.objects.filter(id__in=ids).values_list("scope", flat=True).distinct())
+    keys = list(CachedAnswer.objects.filter(id__in=ids).values_list("scope", "key_hash"))
     n, _ = CachedAnswer.objects.filter(id__in=ids).delete()
-    _forget(scopes)
+    _exact_delete(keys)
+    _forget(list({k[0] for k in keys}))
     return len(ids) if n else 0
 
 
 def evict_entry(entry_id: int) -> bool:
     """Delete one entry (an agent marked it wrong); ``True`` if it existed."""
+    keys = list(CachedAnswer.objects.filter(id=entry_id).values_list("scope", "key_hash"))
     n, _ = CachedAnswer.objects.filter(id=entry_id).delete()
+    _exact_delete(keys)
     _forget()
     return bool(n)
 
@@ -370,18 +490,27 @@ def purge(scope: str | None = None) -> int:
     qs = CachedAnswer.objects.all() if scope is None else CachedAnswer.objects.filter(scope=scope)
     n = qs.count()
     qs.delete()
+    _exact_purge(scope)
     _forget(None if scope is None else [scope])
     return n
 
 
 def purge_expired() -> int:
     """Delete expired entries; returns how many (lookups ignore them anyway)."""
-    qs = CachedAnswer.objects.filter(expires_at__lte=timezone.now())
-    n = qs.count()
-    if n:
-        qs.delete()
+    rows = list(CachedAnswer.objects.filter(expires_at__lte=timezone.now()).values_list("id", "scope", "key_hash"))
+    if rows:
+        _delete_rows(rows)
         _forget()
-    return n
+    return len(rows)
+
+
+def _delete_rows(rows: Sequence[tuple[int, str, str]]) -> None:
+    """Delete ``(id, scope, key_hash)`` rows (in chunks: SQLite limits query parameters) and their
+    exact-store keys."""
+    for i in range(0, len(rows), 500):
+        chunk = rows[i : i + 500]
+        CachedAnswer.objects.filter(id__in=[r[0] for r in chunk]).delete()
+        _exact_delete([(r[1], r[2]) for r in chunk])
 
 
 def enforce_size_bound() -> int:
@@ -390,8 +519,8 @@ def enforce_size_bound() -> int:
     bound = max_entries()
     total = CachedAnswer.objects.count()
     if total > bound:
-        cut_ids = list(CachedAnswer.objects.order_by("created_at", "id").values_list("id", flat=True)[: total - bound])
-        CachedAnswer.objects.filter(id__in=cut_ids).delete()
+        cut = list(CachedAnswer.objects.order_by("created_at", "id").values_list("id", "scope", "key_hash")[: total - bound])
+        _delete_rows(cut)
         _forget()
-        removed += len(cut_ids)
+        removed += len(cut)
     return removed

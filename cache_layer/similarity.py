@@ -157,3 +157,127 @@ def guard(question_a: str, question_b: str, *, max_extra: int = DEFAULT_MAX_EXTR
     if len(extra) > max_extra:
         return False, f"content_added: {' '.join(sorted(extra))}"
     return True, "ok"
+
+
+# Words written with a capital inside a sentence name a thing (a city, a brand, a plan): "shipping
+# to Detroit" and "shipping to Toronto" resolve to the same intent but need different answers.
+_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zA-Z]+")
+
+
+def named_things(text: str) -> frozenset[str]:
+    """Lowercased words written with a capital letter anywhere but at the start of a sentence,
+    excluding "I" and the stopwords (``"Can I ship to Detroit?"`` -> ``{"detroit"}``)."""
+    t = unicodedata.normalize("NFKC", text).strip()
+    out = set()
+    for m in _CAPITALISED.finditer(t):
+        w = m.group().lower()
+        if w not in STOPWORDS_EN and w not in NEGATIONS_EN:
+            out.add(_lemma(w))
+    return frozenset(out)
+
+
+# What a question asks for: "why" and "when" questions about the same words need other answers.
+# "what/which/how/can/is" are left out: they are often interchangeable ("how can I pay" / "what
+# payment methods"). Measured on QQP label-0 pairs that passed every other rule (bench/cache_guard_eval.py).
+_QUESTION_KINDS = (
+    ("quantity", re.compile(r"\bhow (?:many|much)\b")),
+    ("duration", re.compile(r"\bhow long\b")),
+    ("reason", re.compile(r"\bwhy\b|为什么|为啥")),
+    ("time", re.compile(r"\bwhen\b|什么时候|何时")),
+    ("place", re.compile(r"\bwhere\b|哪里|哪儿")),
+    ("person", re.compile(r"\bwho(?:se|m)?\b|谁")),
+)
+# Words that make the order of two content words matter ("convert miles to kilometres").
+_DIRECTED = re.compile(r"\b(?:to|into|from|than|over|vs|versus|instead|but)\b")
+
+
+def question_kinds(text: str) -> frozenset[str]:
+    """The kinds of answer a question asks for (``"reason"``, ``"time"``, ``"place"``, ...)."""
+    t = unicodedata.normalize("NFKC", text).lower()
+    return frozenset(kind for kind, rx in _QUESTION_KINDS if rx.search(t))
+
+
+def _content_sequence(text: str) -> list[str]:
+    seen: list[str] = []
+    for tok in _TOKEN.findall(exact_key_text(text)):
+        if tok.isascii() and tok.isalpha() and tok not in STOPWORDS_EN and tok not in NEGATIONS_EN:
+            lemma = _lemma(tok)
+            if lemma and lemma not in seen:
+                seen.append(lemma)
+    return seen
+
+
+def hard_guard(question_a: str, question_b: str) -> tuple[bool, str]:
+    """The rules no similarity score may overrule: numbers equal, both negated or neither, no
+    named thing on one side that the other lacks as a word, the same kinds of question (why /
+    when / where / who / how many / how long), and the same order of the same content words
+    when a directed word ("to", "into", "than"...) makes order matter. Returns ``(ok, reason)``
+    with reason ``"ok"``, ``"numbers_differ"``, ``"negation_mismatch"``,
+    ``"named_thing_differs: words"``, ``"question_kind_differs"`` or ``"order_differs"``.
+    Symmetric and pure."""
+    a, b = key_terms(question_a), key_terms(question_b)
+    if a.numbers != b.numbers:
+        return False, "numbers_differ"
+    if a.negated != b.negated:
+        return False, "negation_mismatch"
+    # A capitalised word counts when the other question lacks the word entirely (in any case):
+    # "Pro account" vs "pro account" agree; "Detroit" vs "Toronto" do not.
+    differ = (named_things(question_a) - b.content) | (named_things(question_b) - a.content)
+    if differ:
+        return False, "named_thing_differs: " + " ".join(sorted(differ))
+    if question_kinds(question_a) != question_kinds(question_b):
+        return False, "question_kind_differs"
+    seq_a, seq_b = _content_sequence(question_a), _content_sequence(question_b)
+    if (seq_a != seq_b and sorted(seq_a) == sorted(seq_b)
+            and _DIRECTED.search(exact_key_text(question_a)) and _DIRECTED.search(exact_key_text(question_b))):
+        return False, "order_differs"
+    return True, "ok"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a cached question may answer a new one. ``rule``: ``"same_intent"`` or
+    ``"lexical"`` when ``ok``, else why not (``"numbers_differ"``, ``"intent_differs"``, ...)."""
+
+    ok: bool
+    rule: str
+
+
+def semantic_verdict(
+    question: str,
+    cached_question: str,
+    *,
+    similarity: float,
+    resolved: tuple[object, object] | None,
+    lexical_threshold: float,
+    intent_threshold: float,
+    intent_confidence: float,
+    max_extra: int = 0,
+) -> Verdict:
+    """The semantic cache's hit rule for one candidate (pure; the caller computed the cosine).
+
+    1. :func:`hard_guard` must pass (numbers, negation, named things).
+    2. ``resolved`` = the intents (:class:`cache_layer.intent_model.Resolved`) of the two questions,
+       or ``None`` without an intent model. Both resolved to store intents with confidence >=
+       ``intent_confidence``: the same intent and ``similarity >= intent_threshold`` is a hit
+       (``"same_intent"``); different intents never are (``"intent_differs"``).
+    3. Otherwise the strict lexical rule: ``similarity >= lexical_threshold`` and :func:`guard`
+       with ``max_extra`` added content words (``"lexical"``).
+    Thresholds are cosines in [-1, 1]; confidences in [0, 1].
+    """
+    ok, reason = hard_guard(question, cached_question)
+    if not ok:
+        return Verdict(False, reason)
+    if resolved is not None:
+        a, b = resolved
+        ia, ib = getattr(a, "intent", "other"), getattr(b, "intent", "other")
+        ca, cb = getattr(a, "confidence", 0.0), getattr(b, "confidence", 0.0)
+        if ia != "other" and ib != "other" and min(ca, cb) >= intent_confidence:
+            if ia != ib:
+                return Verdict(False, "intent_differs")
+            if similarity >= intent_threshold:
+                return Verdict(True, "same_intent")
+    if similarity < lexical_threshold:
+        return Verdict(False, "below_threshold")
+    ok, reason = guard(question, cached_question, max_extra=max_extra)
+    return Verdict(ok, "lexical" if ok else reason)

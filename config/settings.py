@@ -187,6 +187,11 @@ KEFU_TIERS = {
         "price_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_INPUT", default=p_in),
         "price_cached_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_CACHED_INPUT", default=p_cached),
         "price_output_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_OUTPUT", default=p_out),
+        # Client-side limits (routing/throttle.py); 0 = no limit of ours (the upstream's
+        # x-ratelimit-* headers are honoured either way).
+        "max_concurrency": _env("int", f"KEFU_{tier.upper()}_MAX_CONCURRENCY", default=0),
+        "rpm": _env("int", f"KEFU_{tier.upper()}_RPM", default=0),
+        "tpm": _env("int", f"KEFU_{tier.upper()}_TPM", default=0),
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
@@ -197,6 +202,23 @@ KEFU_CACHE_MAX_ENTRIES = _env("int", "KEFU_CACHE_MAX_ENTRIES", default=100_000)
 KEFU_CACHE_SEMANTIC_THRESHOLD = _env("float", "KEFU_CACHE_SEMANTIC_THRESHOLD", default=0.95)
 KEFU_CACHE_GUARD_MAX_EXTRA = _env("int", "KEFU_CACHE_GUARD_MAX_EXTRA", default=0)
 KEFU_CACHE_SEMANTIC_CANDIDATES = _env("int", "KEFU_CACHE_SEMANTIC_CANDIDATES", default=5)
+# Same-resolved-intent rule (cache_layer/intent_model.py; bench/train_cache_intents.py chose them).
+KEFU_CACHE_INTENT_COSINE = _env("float", "KEFU_CACHE_INTENT_COSINE", default=0.85)
+KEFU_CACHE_INTENT_CONFIDENCE = _env("float", "KEFU_CACHE_INTENT_CONFIDENCE", default=0.7)
+KEFU_CACHE_AMBIGUITY_MARGIN = _env("float", "KEFU_CACHE_AMBIGUITY_MARGIN", default=0.03)
+# Exact store (cache_layer/exact_store.py): Redis when REDIS_URL is set, else this process's memory.
+KEFU_CACHE_LOCAL_MAX_ENTRIES = _env("int", "KEFU_CACHE_LOCAL_MAX_ENTRIES", default=20_000)
+KEFU_CACHE_REDIS_TIMEOUT_MS = _env("float", "KEFU_CACHE_REDIS_TIMEOUT_MS", default=250.0)
+# Follow-ups are rewritten into a standalone question before the cache is asked (routing/rewrite.py):
+# the rewrite's whole wall-clock budget, seconds.
+KEFU_REWRITE_TIMEOUT_S = _env("float", "KEFU_REWRITE_TIMEOUT_S", default=3.0)
+# Measured false-hit rate (cache_layer/audit.py): share of semantic hits re-answered in the background
+# (0..1), and the answer-embedding cosine at or above which the fresh answer counts as the same.
+KEFU_CACHE_AUDIT_RATE = _env("float", "KEFU_CACHE_AUDIT_RATE", default=0.05)
+KEFU_CACHE_AUDIT_SAME_COSINE = _env("float", "KEFU_CACHE_AUDIT_SAME_COSINE", default=0.85)
+# Embedding batcher (cache_layer/embeddings.py): concurrent texts share one embed() call.
+KEFU_EMBED_BATCH_MAX = _env("int", "KEFU_EMBED_BATCH_MAX", default=32)
+KEFU_EMBED_BATCH_WAIT_MS = _env("float", "KEFU_EMBED_BATCH_WAIT_MS", default=2.0)
 KEFU_CONTEXT_TURNS = _env("int", "KEFU_CONTEXT_TURNS", default=5)
 KEFU_LLM_CONNECT_TIMEOUT_S = _env("float", "KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
 KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = _env("float", "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
@@ -206,5 +228,13 @@ KEFU_LLM_RETRIES = _env("int", "KEFU_LLM_RETRIES", default=1)
 KEFU_LLM_RETRY_BASE_S = _env("float", "KEFU_LLM_RETRY_BASE_S", default=0.25)
 KEFU_LLM_RETRY_CAP_S = _env("float", "KEFU_LLM_RETRY_CAP_S", default=2.0)
 KEFU_LLM_MAX_TOKENS = _env("int", "KEFU_LLM_MAX_TOKENS", default=600)
+# Circuit breaker per upstream deployment (routing/breaker.py): this many consecutive failures
+# open it; it stays open (the tier is skipped) for the cooldown, then lets one trial call through.
+KEFU_BREAKER_FAILURES = _env("int", "KEFU_BREAKER_FAILURES", default=5)
+KEFU_BREAKER_COOLDOWN_S = _env("float", "KEFU_BREAKER_COOLDOWN_S", default=30.0)
+# OpenAI-compatible gateway (POST /v1/chat/completions, routing/gateway.py): the longest request
+# body accepted, and the most tokens an answer may have (a client's max_tokens is capped to it).
+KEFU_GATEWAY_MAX_BODY_BYTES = _env("int", "KEFU_GATEWAY_MAX_BODY_BYTES", default=1_000_000)
+KEFU_GATEWAY_MAX_TOKENS = _env("int", "KEFU_GATEWAY_MAX_TOKENS", default=4096)
 KEFU_FAQ_POLL_S = _env("float", "KEFU_FAQ_POLL_S", default=2.0)
 KEFU_SCOPE_THRESHOLD = _env("float", "KEFU_SCOPE_THRESHOLD", default=0.595)

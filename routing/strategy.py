@@ -16,6 +16,7 @@ import numpy as np
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -23,9 +24,12 @@ from chat.models import Conversation, Message
 from chat.selectors import history_for_prompt
 from chat.services import AnswerRecord
 
-from cache_layer.embeddings import get_embedder
+from cache_layer.embeddings import embed_batched
 
-from . import answers, context, ledger
+from cache_layer.policy import is_follow_up
+
+from . import answers, context, ledger, rewrite
+from .ledger import CallContext
 from .providers.base import ChatRequest, Provider, ProviderConfig, StreamDone, Usage
 from .services import registry
 
@@ -99,6 +103,10 @@ class Decision:
     queue_for_agent: bool = False  # after the answer, put the conversation in the agents' queue
     cache_scope: str = ""  # where a remote answer may be stored (answer cache)
     cache_vector: "np.ndarray | None" = None
+    # The question the answer cache keys on: the message itself, or for a follow-up ("and the
+    # blue one?") its standalone rewrite (routing.rewrite); "" = the message's text.
+    cache_question: str = ""
+    cache_entry_id: int | None = None  # the cached answer served (cache.* routes)
     grounded_on: list[int] = field(default_factory=list)
 
 
@@ -151,19 +159,21 @@ def _classify(text: str, locale: str) -> Classified:
     The cache's exact key uses the whole text; everything embedded uses its first
     ``ROUTING_MAX_CHARS`` code points."""
     full_text, text = text, text[:ROUTING_MAX_CHARS]
+    from .faq_model import normalise_text
+
+    # The message is embedded first, through the batcher (cache_layer.embeddings): concurrent
+    # messages from other threads share one model call. The vector lands in the embedder's LRU,
+    # so the FAQ model's own embedding of the same normalised text below is a lookup, and the
+    # scope check, the grounding and the cache all use this one vector.
+    # Measured: the scope verdicts on normalised and raw text agree (600 Bitext questions:
+    # 0 declined either way; CLINC oos_val: 78% vs 77% declined).
+    norm = normalise_text(text)
+    vector = embed_batched([norm])[0] if norm else None
     model, scope = registry.model, registry.scope
     out = Classified()
     out.match = model.match(text, locale=locale) if model is not None else None
     if out.match is not None and out.match.accepted:
         return out
-    # The FAQ model embedded the normalised text a moment ago: the embedder's LRU gives it back
-    # for free, and the scope check, the grounding and the cache all use that one vector.
-    # Measured: the scope verdicts on normalised and raw text agree (600 Bitext questions:
-    # 0 declined either way; CLINC oos_val: 78% vs 77% declined).
-    from .faq_model import normalise_text
-
-    norm = normalise_text(text)
-    vector = get_embedder().embed([norm])[0] if norm else None
     if scope is not None:
         out.verdict = scope.classify(text) if vector is None else scope.classify_vector(vector, text=text)
     if getattr(out.verdict, "out_of_scope", False) or wants_human(full_text) or not tier_configured("simple"):
@@ -242,18 +252,40 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
         cache_scope = classified.cache_scope
         grounding, grounded_on, vector = classified.remote
         hit = classified.hit
+        history: list[tuple[str, str]] = []
+        cache_question = ""
+        if hit is None:  # a hit needs no history: answer it without that database round trip
+            history = await _history(conversation, message)
+        if hit is None and settings.KEFU_CACHE_ENABLED and history and is_follow_up(text):
+            # A follow-up is only a cache key once rewritten into a standalone question from the
+            # conversation (by the simple tier); without a rewrite it is neither served nor stored.
+            standalone = await rewrite.standalone_question(
+                history=history, text=text, locale=locale,
+                context=CallContext(conversation_id=conversation.id, message_id=message.pk),
+            )
+            if standalone:
+                from cache_layer import services as cache
+                from cache_layer.embeddings import embed_async
+
+                from .faq_model import normalise_text
+
+                norm = normalise_text(standalone)
+                vector = (await embed_async([norm]))[0] if norm else None
+                cache_question = standalone
+                hit = await database_sync_to_async(cache.lookup)(question=standalone, scope=cache_scope, embedding=vector)
         if hit is not None:
             return Decision(
-                route=hit.route, locale=locale, tier=tier, text=hit.answer,
-                reason=f"{hit.route} similarity={hit.similarity:.3f} entry={hit.entry_id}",
+                route=hit.route, locale=locale, tier=tier, text=hit.answer, cache_entry_id=hit.entry_id,
+                cache_question=cache_question or message.text,
+                reason=f"{hit.route} {hit.rule} similarity={hit.similarity:.3f} entry={hit.entry_id}",
             )
-        history = await _history(conversation, message)
         messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale)
         return Decision(
             route=f"llm.{tier}", locale=locale, tier=tier, provider=_provider(tier),
             request=ChatRequest(messages=messages, model=settings.KEFU_TIERS[tier]["model"],
                                 max_tokens=settings.KEFU_LLM_MAX_TOKENS),
             reason="remote model", cache_scope=cache_scope, cache_vector=vector, grounded_on=grounded_on,
+            cache_question=cache_question,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
 
@@ -284,8 +316,6 @@ def _cache_scope(*, locale: str, tier: str) -> str:
 
 
 async def _history(conversation: Conversation, message: Message) -> list[tuple[str, str]]:
-    from channels.db import database_sync_to_async
-
     rows = await database_sync_to_async(history_for_prompt)(
         conversation_id=conversation.id, before_seq=message.seq, turns=settings.KEFU_CONTEXT_TURNS
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from cache_layer.normalise import exact_key_text
-from cache_layer.policy import is_follow_up, may_cache_answer, may_cache_question
+from cache_layer.policy import is_follow_up, may_cache_answer, may_cache_question, personal_data
 from cache_layer.similarity import guard
 
 
@@ -88,3 +88,42 @@ def test_guard_blocks_look_alikes(a: str, b: str, reason_start: str) -> None:
 )
 def test_guard_lets_paraphrases_through(a: str, b: str) -> None:
     assert guard(a, b) == (True, "ok")
+
+
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ("Your reference is Acc41652be85a, see you", None),  # digits inside a hash-like token
+        ("ORD48213377 has not arrived", "order_number"),  # letter prefix only: still an order number
+        ("order 48213377th", "order_number"),
+        ("call 555-123-4567", "phone_number"),
+    ],
+)
+def test_digits_inside_a_word_are_not_personal_but_ids_are(text: str, kind: str | None) -> None:
+    assert personal_data(text) == kind
+
+
+def test_hard_guard_numbers_negation_and_named_things() -> None:
+    from cache_layer.similarity import hard_guard
+
+    assert hard_guard("shipping to Detroit", "shipping to Toronto") == (False, "named_thing_differs: detroit toronto")
+    assert hard_guard("cancelling Pro account", "cancelling pro account") == (True, "ok")
+    assert hard_guard("I need help with 2 items", "I need help with 3 items") == (False, "numbers_differ")
+    assert hard_guard("I was charged", "I was not charged") == (False, "negation_mismatch")
+
+
+def test_semantic_verdict_rules() -> None:
+    from cache_layer.intent_model import Resolved
+    from cache_layer.similarity import Verdict, semantic_verdict
+
+    same = (Resolved("cancel_order", 0.9), Resolved("cancel_order", 0.8))
+    other = (Resolved("cancel_order", 0.9), Resolved("change_order", 0.9))
+    kw = dict(lexical_threshold=0.95, intent_threshold=0.85, intent_confidence=0.7)
+    assert semantic_verdict("cancel my order", "call off my purchase", similarity=0.88, resolved=same, **kw).rule == "same_intent"
+    assert semantic_verdict("cancel my order", "call off my purchase", similarity=0.80, resolved=same, **kw).ok is False
+    # Different intents never hit, however close the cosine.
+    assert semantic_verdict("cancel my order", "change my order", similarity=0.99, resolved=other, **kw) == Verdict(False, "intent_differs")
+    # Unsure intents fall back to the lexical rule.
+    unsure = (Resolved("cancel_order", 0.5), Resolved("cancel_order", 0.5))
+    assert semantic_verdict("cancel my order", "cancel my order please", similarity=0.97, resolved=unsure, **kw).rule == "lexical"
+    assert semantic_verdict("cancel my order", "call off my purchase", similarity=0.97, resolved=unsure, **kw).ok is False

@@ -168,3 +168,38 @@ def test_entry_stored_by_another_worker_is_seen() -> None:
         expires_at=timezone.now() + timedelta(hours=1))
     hit = ask("what's your return policy")
     assert hit is not None and hit.route == "cache.semantic" and hit.answer == "30 days."
+
+
+def test_paraphrase_in_other_words_hits_through_the_same_resolved_intent() -> None:
+    # Few words in common, so the lexical rule alone refuses it; both resolve to one intent.
+    assert put("help me cancel order", "Open Orders and press Cancel within 24 hours.")
+    hit = ask("how can I cancel a purchase")
+    assert hit is not None and hit.route == "cache.semantic" and hit.rule == "same_intent"
+    assert hit.answer == "Open Orders and press Cancel within 24 hours."
+
+
+def test_a_different_resolved_intent_never_hits() -> None:
+    assert put("help me cancel order", "Open Orders and press Cancel within 24 hours.")
+    assert ask("I want to cancel my account") is None  # resolves to delete_account, cosine 0.90
+    assert ask("I want to change my order") is None
+
+
+def test_named_things_must_agree() -> None:
+    assert put("Do you deliver to Detroit?", "Yes, Detroit gets next-day delivery.")
+    assert ask("Do you deliver to Toronto?") is None
+
+
+def test_two_equally_close_entries_with_different_answers_serve_neither(settings) -> None:
+    settings.KEFU_CACHE_AMBIGUITY_MARGIN = 0.5  # any two passing candidates are "equally close"
+    assert put("How do I cancel my order?", "Answer one.")
+    assert put("How can I cancel an order?", "Answer two.")
+    assert ask("how could I cancel my order please") is None
+    settings.KEFU_CACHE_AMBIGUITY_MARGIN = 0.0
+    hit = ask("how could I cancel my order please")
+    assert hit is not None and hit.answer in ("Answer one.", "Answer two.")
+
+
+def test_intent_rule_can_be_switched_off(settings) -> None:
+    settings.KEFU_CACHE_INTENT_CONFIDENCE = 1.01
+    assert put("help me cancel order", "Open Orders and press Cancel within 24 hours.")
+    assert ask("how can I cancel a purchase") is None

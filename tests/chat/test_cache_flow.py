@@ -80,6 +80,40 @@ async def test_follow_up_is_not_served_from_cache(make_client, faq, remote):
     assert again["route"] == "llm.simple" and again["text"] == "The blue one is not."
 
 
+async def test_follow_up_is_rewritten_then_served_from_cache(make_client, faq, remote):
+    remote.push(Behaviour(text="Yes, it has an inline dimmer."))
+    await ask(make_client, LAMP_Q)
+    remote.push(Behaviour(text="It is a walnut floor lamp with a linen shade."),
+                Behaviour(text=LAMP_Q))  # the simple tier's standalone rewrite of the follow-up
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("Tell me about the walnut floor lamp")
+    await shopper.until("stream.end")
+    await shopper.say("does it come with a dimmer switch?")
+    end = (await shopper.until("stream.end"))[-1]
+    assert end["route"] == "cache.exact" and end["text"] == "Yes, it has an inline dimmer."
+    rewrite = remote.requests[-1]
+    assert "Tell me about the walnut floor lamp" in str(rewrite["messages"])
+    assert "does it come with a dimmer switch?" in str(rewrite["messages"])
+
+
+async def test_follow_up_without_a_rewrite_is_neither_served_nor_stored(make_client, faq, remote):
+    remote.push(Behaviour(text="Yes, it has an inline dimmer."))
+    await ask(make_client, LAMP_Q)
+    remote.push(Behaviour(text="It is a walnut floor lamp."), Behaviour(status=500), Behaviour(status=500),
+                Behaviour(status=500), Behaviour(status=500), Behaviour(status=500), Behaviour(status=500),
+                Behaviour(text="Yes, with a dimmer."))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("Tell me about the walnut floor lamp")
+    await shopper.until("stream.end")
+    before = await database_sync_to_async(CachedAnswer.objects.count)()
+    await shopper.say("does it come with a dimmer switch?")
+    end = (await shopper.until("stream.end"))[-1]
+    assert end["route"].startswith("llm.") and end["text"] == "Yes, with a dimmer."
+    assert await database_sync_to_async(CachedAnswer.objects.count)() == before
+
+
 async def test_cut_stream_is_not_cached(make_client, faq, remote):
     remote.push(Behaviour(text="The lamp has a dimmer and a fabric shade", drop_after_chunks=2),
                 Behaviour(text="Yes, it has an inline dimmer."))

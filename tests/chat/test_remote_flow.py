@@ -129,6 +129,9 @@ async def test_stream_cut_after_first_token_is_stored_as_cut_with_error(make_cli
 
 async def test_message_sent_while_streaming_is_stored_at_once_and_answered_after(make_client, faq, remote):
     remote.push(Behaviour(text="one two three four five six", token_ms=150))
+    # The second message is a follow-up: before it is answered, the simple tier rewrites it into a
+    # standalone question for the answer cache (routing.rewrite), a call of its own.
+    remote.push(Behaviour(text="Is the shade of the walnut floor lamp washable?"))
     remote.push(Behaviour(text="second answer"))
     shopper = await make_client()
     await shopper.hello()
@@ -144,6 +147,7 @@ async def test_message_sent_while_streaming_is_stored_at_once_and_answered_after
     second = await shopper.until("stream.end")
     assert second[0]["type"] == "stream.start" and second[0]["seq"] == 4
     assert second[-1]["text"] == "second answer"
+    assert len(remote.requests) == 3 and remote.requests[1]["max_tokens"] == 60  # the rewrite, in between
 
 
 async def test_resume_mid_stream_gets_text_so_far_then_the_rest(make_client, faq, remote):

@@ -233,10 +233,12 @@ async def plan(req: GatewayRequest) -> Plan:
         if c.hit is not None:
             hit: Any = c.hit
             return Plan(strategy.Decision(route=hit.route, locale=locale, text=hit.answer, reason="gateway cache"))
-        if c.remote is not None and strategy.tier_configured("simple"):
+        if c.remote is not None and c.tier is not None:
+            # The tier the router chose (routing.classifier), the one its cache scope names.
+            tier = c.tier.tier
             grounding, grounded_on, vector = c.remote
-            d = _remote(req, "simple", context.build_messages(grounding=grounding, history=[], text=question,
-                                                              locale=locale), locale)
+            d = _remote(req, tier, context.build_messages(grounding=grounding, history=[], text=question,
+                                                          locale=locale, tier=tier), locale)
             d.cache_scope, d.cache_vector, d.grounded_on = c.cache_scope, vector, grounded_on
             return Plan(d, question=question, offer_to_cache=bool(c.cache_scope), grounded_on=grounded_on)
     tier = next((t for t in TIERS[TIERS.index(start):] if strategy.tier_configured(t)), None)

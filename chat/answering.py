@@ -15,12 +15,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from decimal import Decimal
 
 from channels.db import database_sync_to_async
 
-from routing import strategy
+from routing import context, singleflight, strategy
 from routing.ledger import CallContext
-from routing.resilience import stream_with_fallback
 from routing.providers.base import ProviderError, StreamDone, TextDelta
 
 from . import events, fencing, handoff, services, streams
@@ -142,7 +143,9 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     source: AsyncIterator[TextDelta | StreamDone]
     first: asyncio.Future[TextDelta | StreamDone] | None = None
     if decision.request is not None and decision.provider is not None:
-        source = stream_with_fallback(decision, context=CallContext(conversation_id=cid, message_id=message.pk))
+        # Identical cacheable questions in flight at once share one upstream call (routing.singleflight).
+        source = singleflight.open_stream(decision, question=decision.cache_question or message.text,
+                                          context=CallContext(conversation_id=cid, message_id=message.pk))
         # Open the upstream request now, while the bot row is written: saves a DB round trip of TTFT.
         first = asyncio.ensure_future(anext(source))
     else:
@@ -235,11 +238,20 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         record = await asyncio.to_thread(strategy.answer_record, **record_args)
     else:
         record = strategy.answer_record(**record_args)
+    if route.startswith("llm.") and singleflight.is_follower(source):
+        # Another question's upstream call answered this one: no tokens or cost of its own; the
+        # cost of that call is what this answer saved (routing.singleflight).
+        record = replace(record, prompt_tokens=0, completion_tokens=0, cost_usd=Decimal("0"), saved_usd=record.cost_usd)
     bot = await database_sync_to_async(services.bot_message_finish)(message_id=bot.pk, record=record)
     await streams.end(bot.pk)
     await events.publish(cid, events.stream_end_frame(bot))
     if fenced:
         return  # an agent took over (or the owner changed): the stored cut answer is all
+    # Turns that left the prompt window are folded into the rolling summary, in the background.
+    try:
+        await context.maybe_summarise_async(conversation_id=cid)
+    except Exception:  # a summary serves later prompts: a failure to start one is logged, never shown
+        log.exception("starting the summary of %s failed", cid)
     if cut:
         await events.publish(cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."})
     elif route.startswith("llm.") and decision.cache_scope and text:

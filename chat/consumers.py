@@ -413,9 +413,31 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._send({"type": "suggestion", "conversation": str(cid), "text": draft.text,
                           "route": draft.route, "for_seq": draft.for_seq})
 
+    async def on_cache_wrong(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """``cache.wrong``: the cached answer of bot message ``message`` was wrong. Any agent may
+        mark it (not only the holder); its cached entry is evicted and the mark recorded
+        (``services.cache_answer_mark_wrong``, in a thread). Reply to this socket only:
+        ``cache.wrong.done`` with ``evicted`` (``false``: the entry was already gone)."""
+        message_id = content.get("message")
+        if not isinstance(message_id, int) or isinstance(message_id, bool) or message_id <= 0:
+            raise ProtocolError("invalid", "message must be a message id (a positive integer)")
+        try:
+            result = await database_sync_to_async(services.cache_answer_mark_wrong)(
+                conversation_id=cid, message_id=message_id, agent=self.user
+            )
+        except services.NotAgent:
+            raise ProtocolError("forbidden", "you are no longer an agent") from None
+        except services.NotFound as e:
+            raise ProtocolError("not_found", str(e)) from None
+        except services.NotCached:
+            raise ProtocolError("not_cached", "this message was not served from the answer cache") from None
+        await self._send({"type": "cache.wrong.done", "conversation": str(cid), "message": result.message_id,
+                          "evicted": result.evicted})
+
     HANDLERS = {
         "open": on_open, "take_over": on_take_over, "hand_back": on_hand_back, "close": on_close,
         "message": on_message, "typing": on_typing, "note": on_note, "suggest": on_suggest,
+        "cache.wrong": on_cache_wrong,
     }
 
     # --- group events --------------------------------------------------------------------

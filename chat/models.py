@@ -59,6 +59,8 @@ class Conversation(models.Model):
     # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
     handoff_packet = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, help_text="Rolling summary of turns older than the prompt window.")
+    # The seq of the last message the summary covers (0: none); routing.context.conversation_summarise.
+    summary_upto_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -101,6 +103,9 @@ class Message(models.Model):
     usage_estimated = models.BooleanField(default=False)
     cut = models.BooleanField(default=False, help_text="The answer stopped before its end.")
     faq_entry_id = models.BigIntegerField(null=True, blank=True)
+    # The CachedAnswer a ``cache.*`` answer was served from. Not a foreign key: entries expire and
+    # are evicted (an agent marking one wrong), and the message keeps the id it was served from.
+    cache_entry_id = models.BigIntegerField(null=True, blank=True)
     reply_to_seq = models.PositiveIntegerField(null=True, blank=True)
     rating = models.CharField(max_length=4, blank=True)
     agent_name = models.CharField(max_length=150, blank=True)

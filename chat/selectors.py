@@ -84,7 +84,8 @@ def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
 
 def message_item(msg: Message) -> dict[str, Any]:
     """A stored message for agents (transcripts, the console's ``history`` frame):
-    ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "model"?, "cut"?, "agent"?, "rating"?}``."""
+    ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "model"?, "cut"?, "cached"?, "agent"?,
+    "rating"?}``; ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
     item: dict[str, Any] = {"id": msg.pk, "seq": msg.seq, "role": msg.role, "text": msg.text, "state": msg.state,
                             "created_at": _iso(msg.created_at)}
     if msg.route:
@@ -93,6 +94,8 @@ def message_item(msg: Message) -> dict[str, Any]:
         item["model"] = msg.model
     if msg.cut:
         item["cut"] = True
+    if msg.cache_entry_id is not None:
+        item["cached"] = True
     if msg.role == "agent":
         item["agent"] = msg.agent_name or "Agent"
     if msg.rating:
@@ -108,15 +111,40 @@ def note_item(note: InternalNote) -> dict[str, Any]:
 def conversation_transcript(*, conversation_id: uuid.UUID) -> dict[str, Any] | None:
     """Everything stored about a conversation, for agents, or None when it does not exist:
     ``{"conversation": console row + {"packet", "created_at", "epoch"}, "messages": [message_item...],
-    "notes": [note_item...]}`` (messages in seq order, streaming ones with their text so far as stored)."""
+    "notes": [note_item...]}`` (messages in seq order, streaming ones with their text so far as stored).
+    A cached bot answer an agent marked wrong also has ``"marked_wrong": true`` and ``"marked_wrong_by"``
+    (the agent's username; see ``cache_marks``)."""
     conv = Conversation.objects.filter(pk=conversation_id).first()
     if conv is None:
         return None
     row = console_rows(queryset=Conversation.objects.filter(pk=conversation_id))[0]
     row.update({"packet": conv.handoff_packet or None, "created_at": _iso(conv.created_at), "epoch": conv.owner_epoch})
-    messages = [message_item(m) for m in Message.objects.filter(conversation_id=conversation_id).order_by("seq")]
+    rows = list(Message.objects.filter(conversation_id=conversation_id).order_by("seq"))
+    messages = [message_item(m) for m in rows]
+    marks = cache_marks(rows)
+    for item in messages:
+        if item["id"] in marks:
+            item["marked_wrong"] = True
+            item["marked_wrong_by"] = marks[item["id"]]
     notes = [note_item(n) for n in InternalNote.objects.filter(conversation_id=conversation_id)]
     return {"conversation": row, "messages": messages, "notes": notes}
+
+
+def cache_marks(messages: list[Message]) -> dict[int, str]:
+    """Bot messages among ``messages`` (one conversation's) whose cached answer an agent marked
+    wrong: ``{bot message id: username of the agent}``. A mark is a ``CacheAudit`` row with verdict
+    ``agent_wrong`` whose ``message_id`` is the shopper message the answer was served for (the
+    bot message's ``reply_to_seq``; see ``services.cache_answer_mark_wrong``). One query, none
+    when no message was served from the cache."""
+    from cache_layer.models import CacheAudit
+
+    shopper_ids = {m.seq: m.pk for m in messages if m.role == "shopper"}
+    served = {shopper_ids[m.reply_to_seq]: m.pk for m in messages
+              if m.role == "bot" and m.cache_entry_id is not None and m.reply_to_seq in shopper_ids}
+    if not served:
+        return {}
+    rows = CacheAudit.objects.filter(verdict=CacheAudit.Verdict.AGENT_WRONG, message_id__in=list(served)).order_by("id")
+    return {served[r.message_id]: r.marked_by for r in rows.only("message_id", "marked_by") if r.message_id in served}
 
 
 def canned_replies() -> list[dict[str, Any]]:

@@ -174,7 +174,8 @@ def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: s
 class AnswerRecord:
     """How a bot answer ended: text as streamed, route, model, usage (tokens), cost and saving in
     USD, ``ttft_ms``/``latency_ms`` from the shopper's message being stored, ``cut`` when it
-    stopped before its end."""
+    stopped before its end, ``cache_entry_id`` the cached answer a ``cache.*`` answer was served
+    from."""
 
     text: str
     route: str
@@ -188,6 +189,7 @@ class AnswerRecord:
     estimated: bool = False
     cut: bool = False
     faq_entry_id: int | None = None
+    cache_entry_id: int | None = None
 
 
 def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message:
@@ -205,6 +207,7 @@ def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message:
         usage_estimated=record.estimated,
         cut=record.cut,
         faq_entry_id=record.faq_entry_id,
+        cache_entry_id=record.cache_entry_id,
         state=MessageState.DONE,
     )
     return Message.objects.get(pk=message_id)
@@ -406,3 +409,68 @@ def note_add(*, conversation_id: uuid.UUID, author: Any, text: str) -> InternalN
     return InternalNote.objects.create(
         conversation_id=conversation_id, author=author, author_name=agent_display_name(author), text=text
     )
+
+
+class NotCached(Exception):
+    """The message is not a bot answer served from the answer cache (route ``cache.*`` with the
+    entry it was served from recorded)."""
+
+
+class NotAgent(Exception):
+    """The user is no longer an agent (deactivated, or the permission was taken away)."""
+
+
+@dataclass(frozen=True)
+class CacheWrongResult:
+    """Result of ``cache_answer_mark_wrong``: the bot message, the cached entry it was served
+    from, and whether this call evicted it (``False``: the entry was already gone, e.g. another
+    agent marked it first, it expired or was purged; nothing was recorded then)."""
+
+    message_id: int
+    entry_id: int
+    evicted: bool
+
+
+def cache_answer_mark_wrong(*, conversation_id: uuid.UUID, message_id: int, agent: Any) -> CacheWrongResult:
+    """An agent says the cached answer of bot message ``message_id`` was wrong: evict the cached
+    entry it was served from and record the mark (``cache_layer.audit.mark_wrong``: a
+    ``CacheAudit`` row with verdict ``agent_wrong``, a false hit in the measured rate).
+
+    Any agent may do this, not only the one holding the conversation: the agent is re-read from
+    the database (a permission taken away since the socket opened counts). The audit row's
+    ``message_id`` is the *shopper* message the cached answer was served for (the convention of
+    ``CacheAudit.message_id``, as for sampled audits), or None when it cannot be found.
+
+    Raises ``NotAgent``, ``NotFound`` (no such conversation, or no such message in it) and
+    ``NotCached`` (not a bot message served from the cache).
+    """
+    from django.contrib.auth import get_user_model
+
+    from cache_layer import audit
+
+    from .selectors import user_is_agent
+
+    fresh = get_user_model().objects.filter(pk=getattr(agent, "pk", None)).first()
+    if fresh is None or not user_is_agent(fresh):
+        raise NotAgent(str(getattr(agent, "pk", None)))
+    if not Conversation.objects.filter(pk=conversation_id).exists():
+        raise NotFound("no such conversation")
+    msg = (
+        Message.objects.filter(pk=message_id, conversation_id=conversation_id)
+        .values("role", "route", "cache_entry_id", "reply_to_seq")
+        .first()
+    )
+    if msg is None:
+        raise NotFound("no such message in this conversation")
+    if msg["role"] != Role.BOT or not str(msg["route"]).startswith("cache.") or msg["cache_entry_id"] is None:
+        raise NotCached(str(message_id))
+    question_id = None
+    if msg["reply_to_seq"] is not None:
+        question_id = (
+            Message.objects.filter(conversation_id=conversation_id, seq=msg["reply_to_seq"], role=Role.SHOPPER)
+            .values_list("pk", flat=True)
+            .first()
+        )
+    entry_id = int(msg["cache_entry_id"])
+    evicted = audit.mark_wrong(entry_id=entry_id, by=fresh.get_username(), message_id=question_id)
+    return CacheWrongResult(message_id=message_id, entry_id=entry_id, evicted=evicted)

@@ -192,9 +192,19 @@ KEFU_TIERS = {
         "max_concurrency": _env("int", f"KEFU_{tier.upper()}_MAX_CONCURRENCY", default=0),
         "rpm": _env("int", f"KEFU_{tier.upper()}_RPM", default=0),
         "tpm": _env("int", f"KEFU_{tier.upper()}_TPM", default=0),
+        # Configured on its own (model, base URL or key): the tier classifier may choose it up
+        # front (routing/classifier.py). A tier that only inherits OPENAI_* is a fallback only.
+        "dedicated": any(env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")),
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
+# Tier classifier (routing/classifier.py, docs/routing.md): keyword rules file (handoff or a tier),
+# the learned model's confidence below which the more expensive of its top two tiers answers
+# (bench/tier_eval.py chose it), and a switch (off: `simple` answers, fallbacks as before).
+KEFU_TIER_ROUTING = _env("bool", "KEFU_TIER_ROUTING", default=True)
+# A relative path is taken from the project directory.
+KEFU_TIER_RULES_PATH = str(BASE_DIR / env.str("KEFU_TIER_RULES_PATH", default="routing/demo/tier_rules.json"))
+KEFU_TIER_MIN_CONFIDENCE = _env("float", "KEFU_TIER_MIN_CONFIDENCE", default=0.7)
 # --- Answer cache (remote-model answers only). Threshold: bench/cache_guard_eval.py.
 KEFU_CACHE_ENABLED = _env("bool", "KEFU_CACHE_ENABLED", default=True)
 KEFU_CACHE_TTL_S = _env("int", "KEFU_CACHE_TTL_S", default=7 * 24 * 3600)
@@ -220,6 +230,18 @@ KEFU_CACHE_AUDIT_SAME_COSINE = _env("float", "KEFU_CACHE_AUDIT_SAME_COSINE", def
 KEFU_EMBED_BATCH_MAX = _env("int", "KEFU_EMBED_BATCH_MAX", default=32)
 KEFU_EMBED_BATCH_WAIT_MS = _env("float", "KEFU_EMBED_BATCH_WAIT_MS", default=2.0)
 KEFU_CONTEXT_TURNS = _env("int", "KEFU_CONTEXT_TURNS", default=5)
+# Prompt budget per tier (routing/context.py): the most tokens a remote model's prompt may take
+# (system prompt with grounding and summary, the last turns that fit, the new message).
+KEFU_CONTEXT_TOKENS = {
+    tier: _env("int", f"KEFU_{tier.upper()}_CONTEXT_TOKENS", default=default)
+    for tier, default in (("simple", 3000), ("medium", 6000), ("complex", 12000))
+}
+# Rolling summary (routing/tasks.py): older turns are summarised by the simple tier once at least
+# this many have left the prompt window unsummarised (0 = never summarise).
+KEFU_SUMMARY_MIN_TURNS = _env("int", "KEFU_SUMMARY_MIN_TURNS", default=2)
+# Single flight (routing/singleflight.py): identical cacheable questions in flight at once share
+# one upstream stream (per process).
+KEFU_SINGLE_FLIGHT = _env("bool", "KEFU_SINGLE_FLIGHT", default=True)
 KEFU_LLM_CONNECT_TIMEOUT_S = _env("float", "KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
 KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = _env("float", "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
 KEFU_LLM_TOTAL_TIMEOUT_S = _env("float", "KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)

@@ -156,3 +156,31 @@ async def _write(attempt: Attempt, after: asyncio.Task[None] | None) -> None:
         await database_sync_to_async(_insert)(attempt, usage or _usage_for(attempt))
     except Exception:  # the background task's edge: a lost row is logged, the answer goes on
         log.exception("writing the ledger row of a %s call failed", attempt.tier)
+
+
+#: Tokens of a typical first-turn grounded prompt (system prompt, 3 FAQ entries, a one-line
+#: question), what a remote tier would have been sent for an answer the FAQ model or the cache gave.
+#: Measured with ``routing.context.build_messages`` and ``count_tokens`` (o200k_base) over the
+#: demo FAQ's English entries, 3 consecutive entries at a time (25 windows), with a 12-word question:
+#: median 376, range 324-417 (the system prompt alone with no grounding: 127).
+TYPICAL_PROMPT_TOKENS = 376
+
+
+def saved_usd(*, tier: str, answer_text: str, prompt_tokens: int | None = None) -> Decimal:
+    """What ``tier`` would have cost to give ``answer_text`` (USD, 6 decimals): the cost of an
+    answer the FAQ model, the cache or a shared stream (single flight) gave instead.
+
+    ``cost_usd(tier, prompt_tokens=P, completion_tokens=C)`` with the tier's prices
+    (``KEFU_TIERS``, USD per million tokens, no cached input), where
+    ``P = prompt_tokens`` when the caller knows the prompt that would have been sent, else
+    :data:`TYPICAL_PROMPT_TOKENS`; ``C`` = the answer's tokens counted with the tier model's
+    tokenizer (``count_tokens``, tiktoken-compatible), or estimated at ceil(UTF-8 bytes / 3)
+    while that tokenizer is still loading on the event loop (``routing.context.text_tokens``:
+    safe to call on the event loop). Raises ``KeyError`` for an unknown tier.
+    """
+    from .context import text_tokens
+
+    model = settings.KEFU_TIERS[tier]["model"]
+    completion, _estimated = text_tokens(answer_text, model) if answer_text else (0, False)
+    prompt = TYPICAL_PROMPT_TOKENS if prompt_tokens is None else max(0, prompt_tokens)
+    return cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)

@@ -4,13 +4,16 @@ Order of checks (docs/routing.md):
 1. the shopper asks for a person (keyword rules, English and Chinese) -> ``handoff``;
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled);
 3. the scope classifier says the message is not a store matter -> ``decline``;
-4. a remote model is configured -> ``llm.simple``, grounded on the closest FAQ entries;
+4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries; the tier
+   classifier (``routing.classifier``: keyword rules, then a learned model) chooses the tier, or a
+   keyword rule (legal threat, fraud, chargeback...) hands the message to a person;
 5. otherwise -> ``handoff`` (a person answers).
 """
 from __future__ import annotations
 
 import asyncio
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 from dataclasses import dataclass, field
@@ -32,6 +35,9 @@ from . import answers, context, ledger, rewrite
 from .ledger import CallContext
 from .providers.base import ChatRequest, Provider, ProviderConfig, StreamDone, Usage
 from .services import registry
+
+if TYPE_CHECKING:
+    from .classifier import TierDecision
 
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
@@ -145,6 +151,8 @@ class Classified:
     remote: tuple[list[tuple[str, str]], list[int], np.ndarray | None] | None = None
     cache_scope: str = ""
     hit: object = None
+    # The tier classifier's verdict (routing.classifier.TierDecision) for a remote-bound message.
+    tier: "TierDecision | None" = None
 
 
 # Routing looks at the first ROUTING_MAX_CHARS code points only: the embedding model reads at
@@ -176,11 +184,16 @@ def _classify(text: str, locale: str) -> Classified:
         return out
     if scope is not None:
         out.verdict = scope.classify(text) if vector is None else scope.classify_vector(vector, text=text)
-    if getattr(out.verdict, "out_of_scope", False) or wants_human(full_text) or not tier_configured("simple"):
+    if getattr(out.verdict, "out_of_scope", False) or wants_human(full_text):
+        return out
+    from .classifier import HANDOFF, choose_tier
+
+    out.tier = choose_tier(full_text, vector)  # rules on the whole text, the model on this vector
+    if out.tier is None or out.tier.tier == HANDOFF:
         return out
     grounding, grounded_on = _grounding(text, locale)
     out.remote = (grounding, grounded_on, vector)
-    out.cache_scope = _cache_scope(locale=locale, tier="simple")
+    out.cache_scope = _cache_scope(locale=locale, tier=out.tier.tier)
     if settings.KEFU_CACHE_ENABLED:
         from cache_layer import services as cache
 
@@ -223,7 +236,10 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
     """Choose the route for ``message`` (see the module docstring). Never raises for content."""
     text = message.text
     locale = detect_locale(text, conversation.locale)
-    asks_for_person = wants_human(text)
+    from .classifier import HANDOFF, rule_for
+
+    rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
+    asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
 
     classified = await _classified(text, locale)
     match, verdict = classified.match, classified.verdict
@@ -240,6 +256,8 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
                 queue_for_agent=asks_for_person,
             )
     if asks_for_person:
+        if rule is not None and rule.action == HANDOFF:
+            return handoff_decision(locale=locale, reason=f"rule {rule.name}")
         return handoff_decision(locale=locale, reason="shopper asked for a person")
     reply = small_talk_reply(text, locale)
     if reply is not None:
@@ -247,8 +265,9 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
     if verdict is not None and getattr(verdict, "out_of_scope", False):
         return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
 
-    if tier_configured("simple") and classified.remote is not None:
-        tier = "simple"
+    if classified.remote is not None and classified.tier is not None:
+        tier_decision = classified.tier  # never handoff here: _classify sets no remote for that
+        tier = tier_decision.tier
         cache_scope = classified.cache_scope
         grounding, grounded_on, vector = classified.remote
         hit = classified.hit
@@ -279,12 +298,13 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
                 cache_question=cache_question or message.text,
                 reason=f"{hit.route} {hit.rule} similarity={hit.similarity:.3f} entry={hit.entry_id}",
             )
-        messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale)
+        messages = context.build_messages(grounding=grounding, history=history, text=text, locale=locale,
+                                          tier=tier, summary=conversation.summary)
         return Decision(
             route=f"llm.{tier}", locale=locale, tier=tier, provider=_provider(tier),
             request=ChatRequest(messages=messages, model=settings.KEFU_TIERS[tier]["model"],
                                 max_tokens=settings.KEFU_LLM_MAX_TOKENS),
-            reason="remote model", cache_scope=cache_scope, cache_vector=vector, grounded_on=grounded_on,
+            reason=f"remote model, {tier_decision.describe()}", cache_scope=cache_scope, cache_vector=vector, grounded_on=grounded_on,
             cache_question=cache_question,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
@@ -350,14 +370,8 @@ def answer_record(
         )
     saved = Decimal("0")
     if route == "faq" or route.startswith("cache."):
-        saved = _saved_usd(text)
+        # Priced at the tier that would have answered (the FAQ route has none: the simple tier).
+        saved = ledger.saved_usd(tier=decision.tier or "simple", answer_text=text)
     return AnswerRecord(text=text, route=route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut,
-                        faq_entry_id=decision.faq_entry_id, saved_usd=saved)
-
-
-def _saved_usd(answer_text: str) -> Decimal:
-    """What the ``simple`` tier would have cost for this answer: a typical grounded prompt
-    (system prompt + 3 FAQ entries, about 600 tokens) plus the answer's tokens (about 4 characters
-    a token for English, OpenAI's rule of thumb)."""
-    completion = max(1, len(answer_text) // 4)
-    return ledger.cost_usd(tier="simple", prompt_tokens=600, completion_tokens=completion)
+                        faq_entry_id=decision.faq_entry_id, saved_usd=saved,
+                        cache_entry_id=decision.cache_entry_id if route.startswith("cache.") else None)

@@ -1,0 +1,150 @@
+"""Single flight (routing/singleflight.py) over /ws/chat/: identical cacheable questions in flight
+at the same moment share one upstream stream; anything else calls the upstream on its own.
+
+The upstream is tests/fake_openai.py, spoken to over real HTTP by the ``openai`` client. The
+leader's answer streams slowly (``token_ms``) so that the second shopper's question arrives
+while it is still in flight (the second question is sent once the first answer's first delta
+has been received)."""
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from chat.models import Message
+from routing import breaker, context, ledger, singleflight, throttle
+from routing.models import UpstreamCall
+from routing.providers import ratelimits
+from routing.providers.openai_remote import close_clients
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fake_openai import Behaviour  # noqa: E402
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+LAMP_Q = "Does the walnut floor lamp come with a dimmer switch?"
+ANSWER = ("Yes: the walnut floor lamp has an inline dimmer on its cable, works with warm LED bulbs "
+          "up to 9 watts, and ships with a linen shade in natural or charcoal.")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_guards() -> Iterator[None]:
+    breaker.reset_breakers()
+    ratelimits.book.clear()
+    throttle.reset()
+    yield
+    breaker.reset_breakers()
+    ratelimits.book.clear()
+    throttle.reset()
+
+
+@pytest.fixture(autouse=True)
+async def _flushed() -> AsyncIterator[None]:
+    yield
+    await context.drain()
+    await ledger.flush()
+    await close_clients()
+
+
+def deltas(frames: list[dict[str, Any]]) -> str:
+    return "".join(f["text"] for f in frames if f["type"] == "stream.delta")
+
+
+async def both_ask(make_client: Any, first_text: str, second_text: str, *, until: str = "stream.end") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``shopper`` asks ``first_text``; once its answer streams, ``other_shopper`` (a new
+    conversation) asks ``second_text``. All frames of each up to ``until``."""
+    shopper = await make_client()
+    await shopper.hello()
+    other_shopper = await make_client()
+    await other_shopper.hello()
+    await shopper.say(first_text)
+    mine = await shopper.until("stream.delta")  # the first answer is in flight now
+    await other_shopper.say(second_text)
+    theirs = await other_shopper.until(until)
+    mine += await shopper.until(until)
+    return mine, theirs
+
+
+async def calls() -> list[UpstreamCall]:
+    await ledger.flush()
+    return await database_sync_to_async(lambda: list(UpstreamCall.objects.order_by("id")))()
+
+
+async def test_two_shoppers_asking_the_same_question_share_one_upstream_call(make_client, faq, remote):
+    remote.push(Behaviour(text=ANSWER, token_ms=120, prompt_tokens=1000, completion_tokens=200))
+    mine, theirs = await both_ask(make_client, LAMP_Q, "does the walnut floor lamp come with a dimmer switch")
+    assert len(remote.requests) == 1  # one upstream call for both
+    for frames in (mine, theirs):
+        end = frames[-1]
+        assert end["route"] == "llm.simple" and end["model"] == "fake-simple"
+        assert end["text"] == deltas(frames) == ANSWER and not end.get("cut")
+    lead, follower = mine[-1], theirs[-1]
+    assert lead["usage"]["cost_usd"] == 0.000364  # 1000 x $0.28/M + 200 x $0.42/M
+    assert follower["usage"]["cost_usd"] == 0 and follower["usage"]["saved_usd"] == 0.000364
+    rows = await database_sync_to_async(lambda: {m.pk: m for m in Message.objects.filter(pk__in=[lead["id"], follower["id"]])})()
+    assert rows[lead["id"]].text == rows[follower["id"]].text == ANSWER
+    assert rows[lead["id"]].cost_usd == Decimal("0.000364") and rows[lead["id"]].prompt_tokens == 1000
+    assert rows[follower["id"]].cost_usd == 0 and rows[follower["id"]].prompt_tokens == 0
+    assert rows[follower["id"]].saved_usd == Decimal("0.000364") and rows[follower["id"]].route == "llm.simple"
+    ledger_rows = await calls()  # only the leader's call is a ledger row
+    assert [c.outcome for c in ledger_rows] == ["ok"]
+    leader_message = await database_sync_to_async(Message.objects.get)(
+        conversation_id=rows[lead["id"]].conversation_id, seq=rows[lead["id"]].reply_to_seq)
+    assert ledger_rows[0].message_id == leader_message.pk
+    assert singleflight.in_flight() == 0
+
+
+async def test_a_different_question_calls_the_upstream_again(make_client, faq, remote):
+    remote.push(Behaviour(text=ANSWER, token_ms=120), Behaviour(text="It has a foot switch."))
+    mine, theirs = await both_ask(make_client, LAMP_Q, "Does the walnut floor lamp have a foot switch?")
+    assert len(remote.requests) == 2
+    assert mine[-1]["text"] == ANSWER and theirs[-1]["text"] == "It has a foot switch."
+    assert theirs[-1]["usage"]["cost_usd"] > 0
+
+
+async def test_questions_with_personal_data_never_share(make_client, faq, remote):
+    question = "Where is my order 48213377? It has not arrived."
+    remote.push(Behaviour(text="Order 48213377 left our warehouse on Monday and is on its way.", token_ms=120),
+                Behaviour(text="Let me check that order for you."))
+    mine, theirs = await both_ask(make_client, question, question)
+    assert len(remote.requests) == 2
+    assert theirs[-1]["text"] == "Let me check that order for you."
+    assert len(await calls()) == 2
+
+
+async def test_a_cut_reaches_every_reader_the_same_way(make_client, faq, remote):
+    remote.push(Behaviour(text=ANSWER, token_ms=120, drop_after_chunks=8))
+    mine, theirs = await both_ask(make_client, LAMP_Q, LAMP_Q, until="error")
+    assert len(remote.requests) == 1
+    ends = [next(f for f in frames if f["type"] == "stream.end") for frames in (mine, theirs)]
+    assert ends[0]["cut"] is True and ends[1]["cut"] is True
+    assert ends[0]["text"] == ends[1]["text"] == deltas(mine) == deltas(theirs) and ANSWER.startswith(ends[0]["text"])
+    assert mine[-1]["code"] == theirs[-1]["code"] == "unavailable"
+    assert [c.outcome for c in await calls()] == ["failed"]
+
+
+async def test_a_failure_before_the_first_token_hands_each_shopper_over(make_client, faq, remote, settings):
+    # Only the simple tier, no retry: its first token never comes before the deadline (2 s).
+    settings.KEFU_TIERS = {t: {**cfg, "api_key": cfg["api_key"] if t == "simple" else ""} for t, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_LLM_RETRIES = 0
+    remote.push(Behaviour(text=ANSWER, ttft_ms=8000))
+    shopper = await make_client()
+    await shopper.hello()
+    other_shopper = await make_client()
+    await other_shopper.hello()
+    await shopper.say(LAMP_Q)
+    assert (await shopper.until("stream.start"))[-1]["route"] == "llm.simple"
+    await other_shopper.say(LAMP_Q)
+    theirs = await other_shopper.until("status")
+    mine = await shopper.until("status")
+    assert len(remote.requests) == 1
+    for frames in (mine, theirs):
+        end = next(f for f in frames if f["type"] == "stream.end")
+        assert end["route"] == "handoff" and "person" in end["text"]
+        assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+    assert [(c.outcome, c.error_code) for c in await calls()] == [("failed", "timeout")]

@@ -179,6 +179,11 @@ _TIER_DEFAULTS = {
     "medium": ("gemini-2.5-flash", 0.30, 0.03, 2.50),
     "complex": ("gpt-4.1", 2.00, 0.50, 8.00),
 }
+# Timeouts in seconds (connect, time to first token, whole answer); each tier may override them
+# with KEFU_<TIER>_CONNECT_TIMEOUT_S / _FIRST_TOKEN_TIMEOUT_S / _TOTAL_TIMEOUT_S.
+KEFU_LLM_CONNECT_TIMEOUT_S = _env("float", "KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
+KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = _env("float", "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
+KEFU_LLM_TOTAL_TIMEOUT_S = _env("float", "KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
 KEFU_TIERS = {
     tier: {
         "model": env.str(f"KEFU_{tier.upper()}_MODEL", default=model),
@@ -192,6 +197,10 @@ KEFU_TIERS = {
         "max_concurrency": _env("int", f"KEFU_{tier.upper()}_MAX_CONCURRENCY", default=0),
         "rpm": _env("int", f"KEFU_{tier.upper()}_RPM", default=0),
         "tpm": _env("int", f"KEFU_{tier.upper()}_TPM", default=0),
+        "connect_timeout_s": _env("float", f"KEFU_{tier.upper()}_CONNECT_TIMEOUT_S", default=KEFU_LLM_CONNECT_TIMEOUT_S),
+        "first_token_timeout_s": _env("float", f"KEFU_{tier.upper()}_FIRST_TOKEN_TIMEOUT_S",
+                                      default=KEFU_LLM_FIRST_TOKEN_TIMEOUT_S),
+        "total_timeout_s": _env("float", f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=KEFU_LLM_TOTAL_TIMEOUT_S),
         # Configured on its own (model, base URL or key): the tier classifier may choose it up
         # front (routing/classifier.py). A tier that only inherits OPENAI_* is a fallback only.
         "dedicated": any(env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")),
@@ -242,9 +251,6 @@ KEFU_SUMMARY_MIN_TURNS = _env("int", "KEFU_SUMMARY_MIN_TURNS", default=2)
 # Single flight (routing/singleflight.py): identical cacheable questions in flight at once share
 # one upstream stream (per process).
 KEFU_SINGLE_FLIGHT = _env("bool", "KEFU_SINGLE_FLIGHT", default=True)
-KEFU_LLM_CONNECT_TIMEOUT_S = _env("float", "KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
-KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = _env("float", "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
-KEFU_LLM_TOTAL_TIMEOUT_S = _env("float", "KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
 # Retries of one tier before its first token (then the next tier): full-jitter backoff, seconds.
 KEFU_LLM_RETRIES = _env("int", "KEFU_LLM_RETRIES", default=1)
 KEFU_LLM_RETRY_BASE_S = _env("float", "KEFU_LLM_RETRY_BASE_S", default=0.25)

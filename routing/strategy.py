@@ -133,9 +133,9 @@ def _provider(tier: str) -> Provider:
         ProviderConfig(
             base_url=t["base_url"] or None,
             api_key=t["api_key"],
-            connect_timeout_s=settings.KEFU_LLM_CONNECT_TIMEOUT_S,
-            first_token_timeout_s=settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S,
-            total_timeout_s=settings.KEFU_LLM_TOTAL_TIMEOUT_S,
+            connect_timeout_s=t.get("connect_timeout_s", settings.KEFU_LLM_CONNECT_TIMEOUT_S),
+            first_token_timeout_s=t.get("first_token_timeout_s", settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S),
+            total_timeout_s=t.get("total_timeout_s", settings.KEFU_LLM_TOTAL_TIMEOUT_S),
         )
     )
 
@@ -273,7 +273,8 @@ async def decide(*, conversation: Conversation, message: Message) -> Decision:
         hit = classified.hit
         history: list[tuple[str, str]] = []
         cache_question = ""
-        if hit is None:  # a hit needs no history: answer it without that database round trip
+        # A hit needs no history, nor does a conversation's first message: no database round trip.
+        if hit is None and message.seq > 1:
             history = await _history(conversation, message)
         if hit is None and settings.KEFU_CACHE_ENABLED and history and is_follow_up(text):
             # A follow-up is only a cache key once rewritten into a standalone question from the

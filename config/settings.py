@@ -197,10 +197,10 @@ KEFU_TIERS = {
         "max_concurrency": _env("int", f"KEFU_{tier.upper()}_MAX_CONCURRENCY", default=0),
         "rpm": _env("int", f"KEFU_{tier.upper()}_RPM", default=0),
         "tpm": _env("int", f"KEFU_{tier.upper()}_TPM", default=0),
-        "connect_timeout_s": _env("float", f"KEFU_{tier.upper()}_CONNECT_TIMEOUT_S", default=KEFU_LLM_CONNECT_TIMEOUT_S),
-        "first_token_timeout_s": _env("float", f"KEFU_{tier.upper()}_FIRST_TOKEN_TIMEOUT_S",
-                                      default=KEFU_LLM_FIRST_TOKEN_TIMEOUT_S),
-        "total_timeout_s": _env("float", f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=KEFU_LLM_TOTAL_TIMEOUT_S),
+        # The tier's own timeouts in seconds; 0 = the KEFU_LLM_* value at the time of the call.
+        "connect_timeout_s": _env("float", f"KEFU_{tier.upper()}_CONNECT_TIMEOUT_S", default=0.0),
+        "first_token_timeout_s": _env("float", f"KEFU_{tier.upper()}_FIRST_TOKEN_TIMEOUT_S", default=0.0),
+        "total_timeout_s": _env("float", f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=0.0),
         # Configured on its own (model, base URL or key): the tier classifier may choose it up
         # front (routing/classifier.py). A tier that only inherits OPENAI_* is a fallback only.
         "dedicated": any(env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")),

@@ -14,13 +14,8 @@ finally:
 
 KEFU_FAQ_POLL_S = 3600.0  # tests reload the FAQ model explicitly
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# A file database, not Django's shared-cache in-memory SQLite: answering runs database work in
-# several threads at once (the answering loop, background ledger rows, summaries, audits), and
-# shared-cache SQLite answers a concurrent writer with "table is locked" at once instead of
-# waiting. A file with WAL and a busy timeout behaves like the embedded default the app runs on.
-import tempfile as _tempfile  # noqa: E402
-
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
-    DATABASES["default"]["TEST"] = {  # noqa: F405
-        "NAME": os.path.join(_tempfile.gettempdir(), f"kefu-test-{os.getpid()}.sqlite3"),
-    }
+# Background work that outlives the answer that started it (audits of sampled cache hits, rolling
+# summaries) is off by default in tests: left running, it would call a test's upstream after that
+# test ended and write to the database while the next test sets up. Their own tests switch them on.
+KEFU_CACHE_AUDIT_RATE = 0.0
+KEFU_SUMMARY_MIN_TURNS = 0

@@ -133,9 +133,9 @@ def _provider(tier: str) -> Provider:
         ProviderConfig(
             base_url=t["base_url"] or None,
             api_key=t["api_key"],
-            connect_timeout_s=t.get("connect_timeout_s", settings.KEFU_LLM_CONNECT_TIMEOUT_S),
-            first_token_timeout_s=t.get("first_token_timeout_s", settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S),
-            total_timeout_s=t.get("total_timeout_s", settings.KEFU_LLM_TOTAL_TIMEOUT_S),
+            connect_timeout_s=t.get("connect_timeout_s") or settings.KEFU_LLM_CONNECT_TIMEOUT_S,
+            first_token_timeout_s=t.get("first_token_timeout_s") or settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S,
+            total_timeout_s=t.get("total_timeout_s") or settings.KEFU_LLM_TOTAL_TIMEOUT_S,
         )
     )
 

@@ -290,3 +290,15 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     if os.environ.get("KEFU_FAIL_ON_SKIP") == "1" and _skipped and exitstatus == 0:
         print(f"\nKEFU_FAIL_ON_SKIP: {len(_skipped)} test(s) skipped; CI runs every test: {_skipped[:5]}")
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tier_classifier_trained(django_db_setup: Any, django_db_blocker: Any) -> None:
+    """Train the tier classifier once, before any test: on a fresh clone (no memoised embeddings)
+    its first training takes seconds, and paying that inside whichever test first routes a remote
+    message would eat that test's first-token budget. The server warms it at start-up likewise
+    (config/asgi.py)."""
+    from routing.classifier import get_classifier
+
+    with django_db_blocker.unblock():
+        get_classifier()

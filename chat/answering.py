@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from channels.db import database_sync_to_async
 
-from routing import context, singleflight, strategy
+from routing import answers, context, singleflight, strategy
 from routing.ledger import CallContext
 from routing.providers.base import ProviderError, StreamDone, TextDelta
 
@@ -103,23 +103,8 @@ async def _cache_store(*, message: Message, decision: strategy.Decision, text: s
         log.exception("storing answer %s in the cache failed", message.pk)
 
 
-def _chunks(text: str, size: int = 40) -> list[str]:
-    """Split a fixed answer into stream deltas of about ``size`` code points, on spaces where possible."""
-    out: list[str] = []
-    start = 0
-    while start < len(text):
-        end = min(len(text), start + size)
-        if end < len(text):
-            space = text.rfind(" ", start + 1, end + 1)
-            if space > start:
-                end = space + 1
-        out.append(text[start:end])
-        start = end
-    return out
-
-
 async def _fixed(text: str) -> AsyncIterator[TextDelta | StreamDone]:
-    for piece in _chunks(text):
+    for piece in answers.chunks(text):
         yield TextDelta(piece)
 
 
@@ -219,7 +204,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         # Nothing reached the shopper yet: fall back to a polite handoff, streamed like any answer.
         decision = strategy.handoff_decision(locale=decision.locale, reason=f"remote model failed: {failure.code}")
         try:
-            for piece in _chunks(decision.text or ""):
+            for piece in answers.chunks(decision.text or ""):
                 await emit(piece)
         except fencing.Fenced:
             fenced = cut = True

@@ -29,10 +29,33 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_MANY = 4429
 
 
-class ShopperConsumer(AsyncWebsocketConsumer):
+class _FrameSocket(AsyncWebsocketConsumer):
+    """What both sockets share: JSON frames, and frames for a socket that is gone are dropped
+    (``closed``); ``_release`` (each subclass's own) leaves groups and frees counted slots."""
+
+    closed = False  # the socket is gone: frames for it are dropped
+
+    async def _release(self) -> None:
+        raise NotImplementedError
+
+    async def disconnect(self, code: int) -> None:
+        self.closed = True
+        await self._release()
+
+    async def _send(self, frame: Any) -> None:
+        if self.closed:
+            return
+        try:
+            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        except Disconnected:
+            # The client went away while a frame was on its way (e.g. mid-stream): what it was
+            # sent is stored anyway; this socket just stops receiving.
+            self.closed = True
+
+
+class ShopperConsumer(_FrameSocket):
     conversation_id: uuid.UUID | None = None
     counted = False  # holds a slot in the per-address socket count
-    closed = False  # the socket is gone: frames for it are dropped
 
     async def connect(self) -> None:
         client = self.scope.get("client") or ("unknown", 0)
@@ -67,19 +90,6 @@ class ShopperConsumer(AsyncWebsocketConsumer):
             except Exception:  # the layer is gone (shutdown): nothing left to leave
                 log.debug("group_discard failed", exc_info=True)
 
-    async def disconnect(self, code: int) -> None:
-        self.closed = True
-        await self._release()
-
-    async def _send(self, frame: Any) -> None:
-        if self.closed:
-            return
-        try:
-            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
-        except Disconnected:
-            # The shopper closed the tab while a frame was on its way (e.g. mid-stream): the
-            # answer is stored anyway; this socket just stops receiving.
-            self.closed = True
 
     # --- client frames -------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -236,7 +246,7 @@ class ShopperConsumer(AsyncWebsocketConsumer):
 NOTE_MAX_CHARS = 4000
 
 
-class AgentConsumer(AsyncWebsocketConsumer):
+class AgentConsumer(_FrameSocket):
     """``/ws/agent/``: the agent console's socket (session authentication; docs/console.md).
 
     Every agent socket is in the ``agents`` group (the console list, handoff notifications). It
@@ -251,7 +261,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
     following: uuid.UUID | None = None
     in_agents_group = False
     counted = False
-    closed = False
 
     async def connect(self) -> None:
         await self.accept()
@@ -289,17 +298,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
         except Exception:  # the layer is gone (shutdown): nothing left to leave
             log.debug("group_discard failed", exc_info=True)
 
-    async def disconnect(self, code: int) -> None:
-        self.closed = True
-        await self._release()
-
-    async def _send(self, frame: Any) -> None:
-        if self.closed:
-            return
-        try:
-            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
-        except Disconnected:
-            self.closed = True
 
     async def _unfollow(self) -> None:
         if self.following is not None:

@@ -85,3 +85,19 @@ def decline_text(locale: str) -> str:
         "Sorry, that's outside what I can help with here. I can answer questions about our products, "
         "orders, shipping, returns and payments."
     )
+
+
+def chunks(text: str, size: int = 40) -> list[str]:
+    """A fixed answer (FAQ, cache, decline, handoff) in stream pieces of about ``size`` code
+    points, split after spaces where possible; ``"".join(chunks(t)) == t``."""
+    out: list[str] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text):
+            space = text.rfind(" ", start + 1, end + 1)
+            if space > start:
+                end = space + 1
+        out.append(text[start:end])
+        start = end
+    return out

@@ -284,18 +284,3 @@ def kefu_body(*, route: str, tier: str | None, usage: Usage | None) -> dict[str,
         cost = cost_usd(tier=tier, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                         cached_prompt_tokens=usage.cached_prompt_tokens)
     return {"route": route, "cost_usd": float(cost), "estimated": bool(usage and usage.estimated)}
-
-
-def chunks(text: str, size: int = 40) -> list[str]:
-    """A fixed answer in stream pieces of about ``size`` code points, split after spaces."""
-    out: list[str] = []
-    start = 0
-    while start < len(text):
-        end = min(len(text), start + size)
-        if end < len(text):
-            space = text.rfind(" ", start + 1, end + 1)
-            if space > start:
-                end = space + 1
-        out.append(text[start:end])
-        start = end
-    return out

@@ -27,12 +27,12 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from .answers import chunks
 from .gateway import (
     GatewayError,
     GatewayRequest,
     Plan,
     api_key_authenticate,
-    chunks,
     kefu_body,
     offer_to_cache,
     parse_request,

@@ -302,3 +302,20 @@ def _tier_classifier_trained(django_db_setup: Any, django_db_blocker: Any) -> No
 
     with django_db_blocker.unblock():
         get_classifier()
+
+
+@pytest.fixture
+def routing_guards() -> Iterator[None]:
+    """Circuit breakers, the upstream rate-limit book and the tier limiters live per process:
+    reset them before and after a test that exercises them."""
+    from routing import breaker, throttle
+    from routing.providers import ratelimits
+
+    def reset() -> None:
+        breaker.reset_breakers()
+        ratelimits.book.clear()
+        throttle.reset()
+
+    reset()
+    yield
+    reset()

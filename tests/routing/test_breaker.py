@@ -17,7 +17,6 @@ from channels.db import database_sync_to_async
 from routing import breaker, ledger, throttle
 from routing.breaker import CircuitBreaker
 from routing.models import UpstreamCall
-from routing.providers import ratelimits
 from routing.providers.base import ChatRequest, ProviderError, StreamDone, TextDelta
 from routing.providers.openai_remote import close_clients
 from routing.providers.ratelimits import (
@@ -191,14 +190,8 @@ def limited_upstream(settings) -> Iterator[FakeOpenAIWithLimits]:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_guards() -> Iterator[None]:
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
-    yield
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
+def _fresh_guards(routing_guards: None) -> None:
+    """Clean breakers, rate-limit book and tier limiters around each test (tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)

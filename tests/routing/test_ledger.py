@@ -7,7 +7,7 @@ million tokens): simple 0.28 in / 0.028 cached / 0.42 out, medium 0.30 / 0.03 / 
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
@@ -15,10 +15,9 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Conversation, Message
-from routing import breaker, ledger, throttle
+from routing import ledger
 from routing.ledger import CallContext
 from routing.models import UpstreamCall
-from routing.providers import ratelimits
 from routing.providers.base import ChatRequest, ProviderError, StreamDone, TextDelta
 from routing.providers.openai_remote import close_clients, count_tokens
 from routing.resilience import stream_with_fallback
@@ -35,15 +34,8 @@ MESSAGES = [
 
 
 @pytest.fixture(autouse=True)
-def _fresh_guards() -> Iterator[None]:
-    """Breakers, the upstream rate-limit book and the tier limiters are per process: start clean."""
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
-    yield
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
+def _fresh_guards(routing_guards: None) -> None:
+    """Clean breakers, rate-limit book and tier limiters around each test (tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)

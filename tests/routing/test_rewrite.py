@@ -5,17 +5,16 @@ through ``stream_with_fallback`` like every remote call, so it is also a row of 
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Conversation, Message
-from routing import breaker, ledger, throttle
+from routing import ledger
 from routing.ledger import CallContext
 from routing.models import UpstreamCall
-from routing.providers import ratelimits
 from routing.providers.openai_remote import close_clients
 from routing.rewrite import REWRITE_MAX_CHARS, REWRITE_MAX_TOKENS, clean_rewrite, standalone_question
 from tests.fake_openai import Behaviour
@@ -30,15 +29,8 @@ FOLLOW_UP = "and the blue one, is it in stock?"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_guards() -> Iterator[None]:
-    """Breakers, the upstream rate-limit book and the tier limiters are per process: start clean."""
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
-    yield
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
+def _fresh_guards(routing_guards: None) -> None:
+    """Clean breakers, rate-limit book and tier limiters around each test (tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ has been received)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Message
-from routing import breaker, context, ledger, singleflight, throttle
+from routing import context, ledger, singleflight
 from routing.models import UpstreamCall
-from routing.providers import ratelimits
 from routing.providers.openai_remote import close_clients
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,14 +32,8 @@ ANSWER = ("Yes: the walnut floor lamp has an inline dimmer on its cable, works w
 
 
 @pytest.fixture(autouse=True)
-def _fresh_guards() -> Iterator[None]:
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
-    yield
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
+def _fresh_guards(routing_guards: None) -> None:
+    """Clean breakers, rate-limit book and tier limiters around each test (tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,9 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Conversation
-from routing import breaker, context, ledger, throttle
+from routing import context, ledger
 from routing.context import SUMMARY_MAX_TOKENS, conversation_summarise, summary_work
 from routing.models import UpstreamCall
-from routing.providers import ratelimits
 from routing.providers.openai_remote import close_clients
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -29,16 +28,9 @@ SUMMARY = "The shopper asked whether the oak side table is solid wood; it is sol
 
 
 @pytest.fixture(autouse=True)
-def _fresh_guards(settings: Any) -> Iterator[None]:
+def _fresh_guards(settings: Any, routing_guards: None) -> None:
     settings.KEFU_CONTEXT_TURNS = 2
     settings.KEFU_SUMMARY_MIN_TURNS = 1
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
-    yield
-    breaker.reset_breakers()
-    ratelimits.book.clear()
-    throttle.reset()
 
 
 @pytest.fixture

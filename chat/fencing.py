@@ -9,10 +9,8 @@ no I/O — which is set:
 
 * in the same process, synchronously, by ``advance()``, called by whoever committed the change
   right after the commit and before any frame about it is published;
-* from other processes, by the change's ``fence.epoch`` event on the channel-layer group
-  ``fence.<conversation hex>`` (``publish_epoch``), which each running stream listens to;
-* and, to close the window between the start of the stream and its listener joining that group,
-  by one database read of the epoch right after the listener joined.
+* from other processes, by each running stream re-reading the epoch from the database every
+  ``POLL_S`` seconds (``_listen``).
 
 A stream started under epoch N is broken by any epoch > N. The shopper socket also drops
 ``stream.delta`` events whose ``epoch`` is below the highest epoch it has seen on a ``status``
@@ -27,7 +25,6 @@ import uuid
 from contextlib import suppress
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 
 from .models import Conversation
 
@@ -36,10 +33,6 @@ log = logging.getLogger(__name__)
 
 class Fenced(Exception):
     """The conversation changed owner while a bot answer streamed: stop sending it."""
-
-
-def fence_group(conversation_id: uuid.UUID | str) -> str:
-    return f"fence.{uuid.UUID(str(conversation_id)).hex}"
 
 
 class Fence:
@@ -75,22 +68,22 @@ def _epoch_in_db(conversation_id: uuid.UUID) -> int:
     return int(Conversation.objects.filter(pk=conversation_id).values_list("owner_epoch", flat=True).first() or 0)
 
 
+#: How often a running stream re-reads its conversation's epoch, seconds (other processes' take-overs).
+POLL_S = 0.25
+
+
 async def _listen(fence: Fence) -> None:
-    """Follow ``fence.epoch`` events of other processes while the stream runs."""
-    layer = get_channel_layer()
-    channel = await layer.new_channel()
-    group = fence_group(fence.conversation_id)
-    await layer.group_add(group, channel)
-    try:
-        # A change committed before we joined the group sent its event to nobody: read the truth.
+    """Follow owner changes made by other processes while the stream runs: re-read the epoch
+    every :data:`POLL_S` seconds. (Not a channel-layer receiver per stream: cancelling such a
+    blocking receive at the end of every answer is the suspect of Redis read timeouts that closed
+    shopper sockets with 1011.) Within one process ``advance()`` breaks the fence at once, and a
+    shopper socket drops deltas older than the last status epoch it saw, so nothing sent after a
+    take-over reaches the shopper in the poll's gap either."""
+    while not fence.broken:
         fence.see(await database_sync_to_async(_epoch_in_db)(fence.conversation_id))
-        while not fence.broken:
-            event = await layer.receive(channel)
-            if event.get("type") == "fence.epoch":
-                fence.see(int(event["epoch"]))
-    finally:
-        with suppress(Exception):  # the layer is gone (shutdown): nothing left to leave
-            await asyncio.shield(layer.group_discard(group, channel))
+        if fence.broken:
+            return
+        await asyncio.sleep(POLL_S)
 
 
 def watch(conversation_id: uuid.UUID, epoch: int) -> Fence:
@@ -118,7 +111,6 @@ async def release(fence: Fence) -> None:
 
 
 async def publish_epoch(conversation_id: uuid.UUID, epoch: int) -> None:
-    """Tell every process's streams of this conversation that the owner epoch is now ``epoch``
-    (after the change committed). Breaks this process's streams first, synchronously."""
+    """The owner epoch is now ``epoch`` (after the change committed): break this process's
+    streams at once; other processes' streams see it at their next poll (``_listen``)."""
     advance(conversation_id, epoch)
-    await get_channel_layer().group_send(fence_group(conversation_id), {"type": "fence.epoch", "epoch": epoch})

@@ -5,7 +5,7 @@ eviction by FAQ entry, the semantic index); this store only saves the exact look
 :mod:`cache_layer.services` writes an entry here after the row is committed, deletes it on every
 deletion path, and checks every hit against the row when it records the hit (so a key that a
 deletion missed, e.g. in another worker's local memory, is never served; see
-``services._exact_hit``).
+``services._exact_store_hit``).
 
 Two backends behind one small protocol, chosen by ``settings.REDIS_URL``:
 

@@ -3,12 +3,16 @@
 Storage (first version): entries live in the database (:class:`~cache_layer.models.CachedAnswer`),
 so they survive a restart and every worker sees them. Each process keeps an in-memory index per
 scope (the scope's ids, questions and a ``(n, dim)`` float32 matrix) for the semantic search: an
-exact dot-product search with numpy, refreshed when the scope's entries change. Change detection is
-one indexed aggregate per lookup (count and max id of the scope), so an entry stored by another
-worker is seen at that worker's next lookup. The exact lookup first asks the exact store
-(:mod:`cache_layer.exact_store`: Redis when ``REDIS_URL`` is set, else local memory), then the
-database, and refills the store on a database hit; every deletion path deletes the store's keys
-too. A vector library (usearch / faiss) is not used yet.
+exact dot-product search with numpy, plus the exact keys of its rows. Change detection is one
+indexed aggregate (count and max id of the scope), run at most every ``KEFU_CACHE_INDEX_REFRESH_MS``
+per scope and at the next lookup after this process stored or deleted an entry; so an entry stored
+by another worker is seen within that interval (until then it is a miss: a model call, never a
+wrong answer). A stale index never serves a deleted or expired entry: every candidate it offers is
+confirmed against its row (``expires_at`` included) before it is served. The exact lookup first
+asks the exact store (:mod:`cache_layer.exact_store`: Redis when ``REDIS_URL`` is set, else local
+memory), then the index's keys, and reads the database only when the index knows the key (and
+refills the store then); every deletion path deletes the store's keys too. A miss costs no query
+at all. A vector library (usearch / faiss) is not used yet.
 
 Settings read (``getattr(settings, name, default)``):
 - ``KEFU_CACHE_ENABLED`` (True)
@@ -20,13 +24,16 @@ Settings read (``getattr(settings, name, default)``):
 - ``KEFU_CACHE_SEMANTIC_CANDIDATES`` (5): nearest neighbours judged per lookup;
 - ``KEFU_CACHE_INTENT_COSINE`` (0.85) and ``KEFU_CACHE_INTENT_CONFIDENCE`` (0.7): the same-intent
   rule (``cache_layer/intent_model.py``; a confidence above 1 switches it off);
-- ``KEFU_CACHE_AMBIGUITY_MARGIN`` (0.03): see ``lookup``.
+- ``KEFU_CACHE_AMBIGUITY_MARGIN`` (0.03): see ``lookup``;
+- ``KEFU_CACHE_INDEX_REFRESH_MS`` (5000): how stale a scope's index may be about other workers'
+  new entries, in ms (0 = check at every lookup).
 """
 from __future__ import annotations
 
 import hashlib
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Sequence
@@ -91,6 +98,10 @@ def semantic_candidates() -> int:
     return int(_setting("KEFU_CACHE_SEMANTIC_CANDIDATES", 5))  # type: ignore[call-overload]
 
 
+def index_refresh_s() -> float:
+    return float(_setting("KEFU_CACHE_INDEX_REFRESH_MS", 5000)) / 1000  # type: ignore[arg-type]
+
+
 def cache_enabled() -> bool:
     return bool(_setting("KEFU_CACHE_ENABLED", True))
 
@@ -129,14 +140,65 @@ def _key_hash(key_text: str) -> str:
 # --- In-process semantic index ---------------------------------------------------------------------
 
 
-@dataclass
 class _ScopeIndex:
-    """One scope's vectors. ``vecs``: ``(n, dim)`` float32 unit rows; ``ids``/``questions``: length n."""
+    """One scope's vectors: ``vecs`` ``(n, dim)`` float32 unit rows, ``ids`` ``(n,)`` entry ids,
+    ``questions`` (n); ``keys``: exact key hash -> entry id of every row loaded (also rows whose
+    vector was dropped for a wrong dimension); ``stamp``: (count, max id) of the scope as far as
+    this index knows; ``checked_at``: ``time.monotonic()`` of the last stamp check.
 
-    stamp: tuple[int, int]  # (count, max id) of the scope when loaded
-    ids: np.ndarray
-    questions: list[str]
-    vecs: np.ndarray
+    Appends grow preallocated buffers in place (capacity doubles), so storing an answer costs
+    O(dim), not a copy of the scope. Readers in other threads hold the views ``vecs``/``ids`` of
+    the first ``n`` rows, which appends never touch (they write past ``n`` and publish a new
+    ``n`` only after the row is complete)."""
+
+    def __init__(self, *, stamp: tuple[int, int], checked_at: float, dim: int = 0, capacity: int = 0) -> None:
+        self.stamp = stamp
+        self.checked_at = checked_at
+        self.dim = dim
+        self._vecs = np.zeros((capacity, dim), dtype=np.float32)
+        self._ids = np.zeros(capacity, dtype=np.int64)
+        self.questions: list[str] = []
+        self.keys: dict[str, int] = {}
+        self.n = 0
+        self._lock = threading.Lock()
+
+    @property
+    def vecs(self) -> np.ndarray:
+        return self._vecs[: self.n]
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[: self.n]
+
+    def add_rows(self, rows: Sequence[tuple[int, str, bytes, str]]) -> bool:
+        """Append rows ``(id, question, embedding bytes, key_hash)`` ordered by id. Rows whose
+        vector has another dimension than the index's (a model swap leaves some) are kept out of
+        the vectors but their keys are kept. ``False`` (nothing changed) when a row's id is not
+        above every id already held: the caller reloads the scope."""
+        with self._lock:
+            if rows and self.n and rows[0][0] <= int(self._ids[self.n - 1]):
+                return False
+            for entry_id, question, blob, key_hash in rows:
+                vec = np.frombuffer(bytes(blob), dtype=np.float32)
+                self.keys[key_hash] = int(entry_id)
+                if self.dim == 0:
+                    self.dim = vec.shape[0]
+                    self._vecs = np.zeros((max(16, len(rows)), self.dim), dtype=np.float32)
+                    self._ids = np.zeros(self._vecs.shape[0], dtype=np.int64)
+                if vec.shape[0] != self.dim:
+                    continue
+                if self.n == self._vecs.shape[0]:
+                    grown = max(16, 2 * self.n)
+                    vecs = np.zeros((grown, self.dim), dtype=np.float32)
+                    vecs[: self.n] = self._vecs[: self.n]
+                    ids = np.zeros(grown, dtype=np.int64)
+                    ids[: self.n] = self._ids[: self.n]
+                    self._vecs, self._ids = vecs, ids
+                self._vecs[self.n] = vec
+                self._ids[self.n] = entry_id
+                self.questions.append(question)
+                self.n += 1  # published last: readers never see a half-written row
+            return True
 
 
 _indexes: dict[str, _ScopeIndex] = {}
@@ -148,51 +210,51 @@ def _scope_stamp(scope: str) -> tuple[int, int]:
     return int(agg["n"] or 0), int(agg["m"] or 0)
 
 
-def _rows_to_index(rows: list[tuple[int, str, bytes]], stamp: tuple[int, int]) -> _ScopeIndex:
-    vec_list = [np.frombuffer(bytes(r[2]), dtype=np.float32) for r in rows]
-    dim = vec_list[0].shape[0] if vec_list else 0
-    keep = [i for i, v in enumerate(vec_list) if v.shape[0] == dim]  # a model swap leaves odd rows
-    return _ScopeIndex(
-        stamp=stamp,
-        ids=np.array([rows[i][0] for i in keep], dtype=np.int64),
-        questions=[rows[i][1] for i in keep],
-        vecs=np.vstack([vec_list[i] for i in keep]) if keep else np.zeros((0, 0), dtype=np.float32),
-    )
+_INDEX_COLUMNS = ("id", "question", "embedding", "key_hash")
 
 
 def _scope_index(scope: str) -> _ScopeIndex:
-    """The scope's index, brought up to date with the database: entries added since it was loaded
-    are appended (one query for the new rows only, so a store does not cost the next lookup a
-    reload of the whole scope); after a deletion the scope is reloaded."""
-    stamp = _scope_stamp(scope)
+    """The scope's index, brought up to date with the database when it was last checked more than
+    ``KEFU_CACHE_INDEX_REFRESH_MS`` ago (or this process deleted from the scope since): entries
+    added since it was loaded are appended (one query for the new rows only, so a store does not
+    cost the next lookup a reload of the whole scope); after a deletion the scope is reloaded."""
+    now = time.monotonic()
     idx = _indexes.get(scope)
+    if idx is not None and now - idx.checked_at < index_refresh_s():
+        return idx
+    stamp = _scope_stamp(scope)
     if idx is not None and idx.stamp == stamp:
+        idx.checked_at = now
         return idx
     if idx is not None and stamp[1] > idx.stamp[1]:
         new_rows = list(
             CachedAnswer.objects.filter(scope=scope, id__gt=idx.stamp[1], embedding__isnull=False)
-            .order_by("id").values_list("id", "question", "embedding")
+            .order_by("id").values_list(*_INDEX_COLUMNS)
         )
-        if idx.stamp[0] + len(new_rows) == stamp[0]:  # only additions since the last load
-            added = _rows_to_index(new_rows, stamp)
-            if len(idx.ids) == 0 or (added.vecs.size and added.vecs.shape[1] == idx.vecs.shape[1]):
-                merged = _ScopeIndex(
-                    stamp=stamp,
-                    ids=np.concatenate([idx.ids, added.ids]),
-                    questions=idx.questions + added.questions,
-                    vecs=np.vstack([idx.vecs, added.vecs]) if len(idx.ids) else added.vecs,
-                )
-                with _indexes_lock:
-                    _indexes[scope] = merged
-                return merged
+        if idx.stamp[0] + len(new_rows) == stamp[0] and idx.add_rows(new_rows):  # only additions since
+            idx.stamp, idx.checked_at = stamp, now
+            return idx
     rows = list(
-        CachedAnswer.objects.filter(scope=scope, embedding__isnull=False)
-        .order_by("id").values_list("id", "question", "embedding")
+        CachedAnswer.objects.filter(scope=scope, embedding__isnull=False).order_by("id").values_list(*_INDEX_COLUMNS)
     )
-    idx = _rows_to_index(rows, stamp)
+    idx = _ScopeIndex(stamp=stamp, checked_at=now)
+    idx.add_rows(rows)
     with _indexes_lock:
         _indexes[scope] = idx
     return idx
+
+
+def _remember(scope: str, entry_id: int, question: str, vec: np.ndarray, key_hash: str) -> None:
+    """This process stored an entry (committed): add it to the scope's index now, without a query.
+    The stamp grows by one row; if another worker added rows meanwhile, the next stamp check sees
+    the count differ and reloads."""
+    idx = _indexes.get(scope)
+    if idx is None:
+        return
+    if idx.add_rows([(entry_id, question, vec.astype(np.float32).tobytes(), key_hash)]):
+        idx.stamp = (idx.stamp[0] + 1, max(idx.stamp[1], entry_id))
+    else:
+        _forget([scope])
 
 
 def _forget(scopes: Sequence[str] | None = None) -> None:
@@ -267,14 +329,22 @@ def _record_exact_hit(entry: ExactEntry, now: datetime) -> bool:
     return n == 1
 
 
-def _exact_hit(*, scope: str, key_hash: str, now: datetime) -> CacheHit | None:
-    """Exact hit: the exact store, then the database (which refills the store on a hit)."""
+def _exact_store_hit(*, scope: str, key_hash: str, now: datetime) -> CacheHit | None:
+    """Exact hit from the exact store, confirmed against its row."""
     entry = _exact_get(scope, key_hash)
     if entry is not None:
         if _record_exact_hit(entry, now):
             return CacheHit(answer=entry["answer"], route=ROUTE_EXACT, similarity=1.0, entry_id=entry["id"],
                             model=entry["model"], question=entry["question"])
         _exact_delete([(scope, key_hash)])  # stale: deleted, replaced or expired since it was stored
+    return None
+
+
+def _exact_row_hit(*, scope: str, key_hash: str, now: datetime, idx: _ScopeIndex) -> CacheHit | None:
+    """Exact hit from the database when the scope's index knows the key (the store missed it:
+    evicted, another worker's local store, a restart); refills the store."""
+    if key_hash not in idx.keys:
+        return None  # no such row when the index was last checked: a miss costs no query
     row = (
         CachedAnswer.objects.filter(scope=scope, key_hash=key_hash, expires_at__gt=now)
         .values_list("id", "answer", "model", "question", "created_at", "expires_at")
@@ -315,11 +385,14 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     if not ok or not key:
         return None
     now = timezone.now()
-    exact = _exact_hit(scope=scope, key_hash=_key_hash(key), now=now)
+    key_hash = _key_hash(key)
+    exact = _exact_store_hit(scope=scope, key_hash=key_hash, now=now)
     if exact is not None:
         return exact
-
     idx = _scope_index(scope)
+    exact = _exact_row_hit(scope=scope, key_hash=key_hash, now=now, idx=idx)
+    if exact is not None:
+        return exact
     if len(idx.ids) == 0:
         return None
     vec = _embed(question) if embedding is None else np.asarray(embedding, dtype=np.float32).reshape(-1)
@@ -350,6 +423,8 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
             passing.append((i, sim, verdict.rule))
         else:
             log.debug("cache: %r ~ %r (%.3f) refused: %s", question, idx.questions[i], sim, verdict.rule)
+    if not passing:
+        return None
     rows = {
         r[0]: r
         for r in CachedAnswer.objects.filter(id__in=[int(idx.ids[i]) for i, _, _ in passing], expires_at__gt=now)
@@ -437,7 +512,7 @@ def store(
     transaction.on_commit(
         lambda: _exact_set(scope, kh, payload, expires_at=entry.expires_at, now=timezone.now()), robust=True
     )
-    _forget([scope])
+    transaction.on_commit(lambda: _remember(scope, entry.id, question, vec, kh), robust=True)
     enforce_size_bound()
     return True
 

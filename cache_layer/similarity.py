@@ -17,6 +17,7 @@ The guard is symmetric and pure (no Django, no model): ``guard(a, b) == guard(b,
 """
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -102,8 +103,10 @@ class KeyTerms:
     content: frozenset[str]
 
 
+@functools.lru_cache(maxsize=8192)
 def key_terms(text: str) -> KeyTerms:
-    """The key terms of ``text`` (any language; Chinese by character)."""
+    """The key terms of ``text`` (any language; Chinese by character). Memoised: a lookup judges
+    the same cached questions again and again."""
     t = exact_key_text(text)
     tokens = _TOKEN.findall(t)
     numbers: set[str] = set()
@@ -164,6 +167,7 @@ def guard(question_a: str, question_b: str, *, max_extra: int = DEFAULT_MAX_EXTR
 _CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zA-Z]+")
 
 
+@functools.lru_cache(maxsize=8192)
 def named_things(text: str) -> frozenset[str]:
     """Lowercased words written with a capital letter anywhere but at the start of a sentence,
     excluding "I" and the stopwords (``"Can I ship to Detroit?"`` -> ``{"detroit"}``)."""
@@ -191,20 +195,22 @@ _QUESTION_KINDS = (
 _DIRECTED = re.compile(r"\b(?:to|into|from|than|over|vs|versus|instead|but)\b")
 
 
+@functools.lru_cache(maxsize=8192)
 def question_kinds(text: str) -> frozenset[str]:
     """The kinds of answer a question asks for (``"reason"``, ``"time"``, ``"place"``, ...)."""
     t = unicodedata.normalize("NFKC", text).lower()
     return frozenset(kind for kind, rx in _QUESTION_KINDS if rx.search(t))
 
 
-def _content_sequence(text: str) -> list[str]:
+@functools.lru_cache(maxsize=8192)
+def _content_sequence(text: str) -> tuple[str, ...]:
     seen: list[str] = []
     for tok in _TOKEN.findall(exact_key_text(text)):
         if tok.isascii() and tok.isalpha() and tok not in STOPWORDS_EN and tok not in NEGATIONS_EN:
             lemma = _lemma(tok)
             if lemma and lemma not in seen:
                 seen.append(lemma)
-    return seen
+    return tuple(seen)
 
 
 def hard_guard(question_a: str, question_b: str) -> tuple[bool, str]:

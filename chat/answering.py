@@ -133,6 +133,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
                                           context=CallContext(conversation_id=cid, message_id=message.pk))
         # Open the upstream request now, while the bot row is written: saves a DB round trip of TTFT.
         first = asyncio.ensure_future(anext(source))
+        await asyncio.sleep(0)  # let it send the request before the row write competes for the GIL
     else:
         source = _fixed(decision.text or "")
 

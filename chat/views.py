@@ -47,8 +47,10 @@ def _check_cache() -> str:
 
 
 async def healthz(request: HttpRequest) -> JsonResponse:
-    """``GET /healthz``: ``{"status", "database", "channel_layer", "cache", "faq_model"}``, each
-    ``ok``/``loading``/``error: ...``; HTTP 200 only when all are ``ok``, else 503."""
+    """``GET /healthz``: ``{"status", "database", "channel_layer", "cache", "faq_model", "router"}``,
+    each ``ok``/``loading``/``error: ...``; HTTP 200 only when all are ``ok``, else 503. ``router``
+    is the start-up warm-up (``routing.warmup``)."""
+    from routing import warmup
     from routing.services import registry
 
     result: dict[str, str] = {}
@@ -72,6 +74,7 @@ async def healthz(request: HttpRequest) -> JsonResponse:
         result["faq_model"] = "ok"
     else:
         result["faq_model"] = f"error: {registry.error}" if registry.error else "loading"
+    result["router"] = warmup.status()
     ok = all(v == "ok" for v in result.values())
     return JsonResponse({"status": "ok" if ok else "unavailable", **result}, status=200 if ok else 503)
 

@@ -20,9 +20,10 @@ application = ProtocolTypeRouter(
 )
 
 if os.environ.get("KEFU_NO_WARMUP") != "1":
-    # Train the FAQ model in the background as the server starts; /healthz says 503 until ready.
-    from routing.classifier import warm_up
+    # Train the FAQ model and warm the router (SDK import, tokenizers, tier classifier) in the
+    # background as the server starts; /healthz says 503 until both are ready.
+    from routing import warmup
     from routing.services import registry
 
     registry.start_background()
-    warm_up()  # the tier classifier too, so the first remote-bound message does not train it
+    warmup.start()

@@ -407,21 +407,6 @@ def reset_classifier() -> None:
         _rules_cache.clear()
 
 
-def warm_up() -> None:
-    """Train the process's classifier now, in a daemon thread (call at start-up; idempotent
-    in effect). A failure is left for the first message to raise."""
-
-    def run() -> None:
-        try:
-            get_classifier()
-        except Exception:  # the thread's edge: the first remote-bound message retries and raises
-            import logging
-
-            logging.getLogger(__name__).exception("training the tier classifier failed")
-
-    threading.Thread(target=run, name="tier-classifier", daemon=True).start()
-
-
 def _tier_settings(tier: str) -> Mapping[str, Any]:
     from django.conf import settings
 

@@ -113,13 +113,22 @@ def test_a_batch_never_exceeds_max_batch_and_a_big_request_is_not_split() -> Non
 
 
 def test_a_full_batch_is_flushed_without_waiting_for_the_timer() -> None:
-    fake = FakeEmbedder()
+    fake = FakeEmbedder(hold_first=True)
     batcher = BatchingEmbedder(fake, max_batch=2, max_wait_ms=600_000)  # the timer alone: 10 minutes
     try:
+        # Put the batcher under load (it waits for company only after a batch of several requests).
+        batcher.submit(["first"])
+        assert fake.entered.wait(30)
+        x, y = batcher.submit(["x"]), batcher.submit(["y"])
+        wait_queued(batcher, 2)
+        fake.release.set()
+        x.result(30), y.result(30)
+        # Under load "a" waits for company; "b" fills the batch, which goes at once, not in 10 minutes.
         a, b = batcher.submit(["a"]), batcher.submit(["b"])
         assert np.array_equal(a.result(30)[0], fake_vector("a")) and np.array_equal(b.result(30)[0], fake_vector("b"))
-        assert fake.calls == [["a", "b"]]
+        assert fake.calls == [["first"], ["x", "y"], ["a", "b"]]
     finally:
+        fake.release.set()
         batcher.close()
 
 
@@ -156,15 +165,22 @@ def test_an_error_reaches_every_waiter_and_the_batcher_carries_on() -> None:
 def test_a_wrong_shape_is_an_error_for_every_waiter() -> None:
     class Short(FakeEmbedder):
         def embed(self, texts: Sequence[str]) -> np.ndarray:
-            return super().embed(texts)[:-1]
+            rows = super().embed(texts)
+            return rows if len(self.calls) == 1 else rows[:-1]
 
-    batcher = BatchingEmbedder(Short(), max_batch=2, max_wait_ms=600_000)
+    fake = Short(hold_first=True)
+    batcher = BatchingEmbedder(fake, max_batch=32, max_wait_ms=2)
     try:
+        batcher.submit(["first"])  # held, so that "a" and "b" queue up for one call together
+        assert fake.entered.wait(30)
         a, b = batcher.submit(["a"]), batcher.submit(["b"])
+        wait_queued(batcher, 2)
+        fake.release.set()
         for f in (a, b):
             with pytest.raises(ValueError, match=r"shape \(1, 8\), expected \(2, 8\)"):
                 f.result(30)
     finally:
+        fake.release.set()
         batcher.close()
 
 

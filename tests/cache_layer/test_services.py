@@ -157,8 +157,11 @@ def test_purge_scope_and_all() -> None:
     assert ask("Do you ship to Canada?") is None
 
 
-def test_entry_stored_by_another_worker_is_seen() -> None:
-    """Another worker's row (written straight to the DB, this process's index left stale) is found."""
+def test_entry_stored_by_another_worker_is_seen_within_the_refresh_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another worker's row (written straight to the DB, this process's index left as it was) is a
+    miss until the index is KEFU_CACHE_INDEX_REFRESH_MS old, then found; its exact key too."""
+    clock = [1000.0]
+    monkeypatch.setattr(services.time, "monotonic", lambda: clock[0])
     assert put("Do you ship to Canada?", "Yes.")
     assert ask("do you ship to canada please") is not None  # loads this process's index for the scope
     vec = get_embedder().embed(["What is your return policy?"])[0]
@@ -166,8 +169,25 @@ def test_entry_stored_by_another_worker_is_seen() -> None:
         scope=SCOPE, key_hash=services._key_hash("what is your return policy"), key_text="what is your return policy",
         question="What is your return policy?", answer="30 days.", embedding=vec.tobytes(), route="llm.simple",
         expires_at=timezone.now() + timedelta(hours=1))
+    clock[0] += 0.5
+    assert ask("what's your return policy") is None  # the index trusts itself for 5 s by default
+    assert ask("What is your return policy?") is None
+    clock[0] += 4.6
     hit = ask("what's your return policy")
     assert hit is not None and hit.route == "cache.semantic" and hit.answer == "30 days."
+    exact = ask("What is your return policy?")
+    assert exact is not None and exact.route == "cache.exact" and exact.answer == "30 days."
+
+
+def test_a_stale_index_never_serves_a_deleted_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another worker deleted the row: this process's index still lists it, but the row is checked."""
+    monkeypatch.setattr(services.time, "monotonic", lambda: 1000.0)  # the index never refreshes
+    assert put("Do you ship to Canada?", "Yes.")
+    assert ask("do you ship to canada please") is not None
+    services.get_exact_store().purge(None)  # as if the other worker's delete reached the exact store
+    CachedAnswer.objects.all().delete()  # behind this process's back
+    assert ask("do you ship to canada please") is None
+    assert ask("Do you ship to Canada?") is None
 
 
 def test_paraphrase_in_other_words_hits_through_the_same_resolved_intent() -> None:

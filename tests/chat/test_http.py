@@ -28,7 +28,20 @@ def test_widget_is_served_at_its_stable_path(client):
 def test_healthz_is_503_until_the_faq_model_is_loaded_then_200(client, faq):
     r = client.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "database": "ok", "channel_layer": "ok", "cache": "ok", "faq_model": "ok"}
+    assert r.json() == {"status": "ok", "database": "ok", "channel_layer": "ok", "cache": "ok", "faq_model": "ok", "router": "ok"}
     faq.model = None
     r = client.get("/healthz")
     assert r.status_code == 503 and r.json()["faq_model"] == "loading" and r.json()["status"] == "unavailable"
+
+
+def test_healthz_is_503_while_the_router_warms_up(client, faq, monkeypatch):
+    from routing import warmup
+
+    monkeypatch.setattr(warmup, "_state", "loading")
+    r = client.get("/healthz")
+    assert r.status_code == 503 and r.json()["router"] == "loading" and r.json()["faq_model"] == "ok"
+    monkeypatch.setattr(warmup, "_state", "error: ImportError: no module named openai")
+    r = client.get("/healthz")
+    assert r.status_code == 503 and r.json()["router"] == "error: ImportError: no module named openai"
+    monkeypatch.setattr(warmup, "_state", "ok")
+    assert client.get("/healthz").status_code == 200

@@ -30,7 +30,7 @@ async def ask(ws, text: str) -> list[dict]:
 
 async def test_embedded_defaults_flow(live_kefu):
     kefu = live_kefu()
-    assert kefu.health == {"status": "ok", "database": "ok", "channel_layer": "ok", "cache": "ok", "faq_model": "ok"}
+    assert kefu.health == {"status": "ok", "database": "ok", "channel_layer": "ok", "cache": "ok", "faq_model": "ok", "router": "ok"}
     async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
         await ws.send(json.dumps({"type": "hello"}))
         conv = json.loads(await ws.recv())

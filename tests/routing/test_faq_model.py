@@ -213,3 +213,16 @@ def test_normalise_text_masks_entities() -> None:
     assert normalise_text("get bills from Mr. Jones") == "get bills from"
     assert normalise_text("switch to the Platinum account") == "switch to the account"
     assert normalise_text("订单１２３怎么退？") == "订单 number 怎么退"
+
+
+def test_repeated_questions_get_the_remembered_decision(model: FaqModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = model.match("When will my parcel come?", locale="en")
+    calls: list[Sequence[str]] = []
+    monkeypatch.setattr(model, "match_many", lambda texts, locale=None: calls.append(texts) or [])
+    # Same normalised text (case, punctuation, masked numbers) and locale: no model work, same decision.
+    assert model.match("when will my parcel come", locale="en") == first
+    assert calls == []
+    # Another locale is another decision.
+    with pytest.raises(IndexError):
+        model.match("when will my parcel come", locale="zh")
+    assert calls == [["when will my parcel come"]]

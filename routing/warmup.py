@@ -1,0 +1,90 @@
+"""Start-up warm-up of the router: pay every first-use cost before the first shopper does.
+
+Measured with a sampling profiler on a fresh server (routing-overhead check): without it the
+first remote-bound message imported the ``openai`` SDK on the event loop (~1.2 s, stalling every
+open socket), loaded the tokenizer tables (2-3 s, in a thread), trained the tier classifier and
+ran the embedding model's first, slow call. :func:`start` does all of that in one daemon thread
+as the server starts; ``/healthz`` reports ``router: loading`` (HTTP 503) until it is done, like
+``faq_model``, so a load balancer sends no traffic to a cold process.
+
+What is warmed:
+
+* the ``openai`` SDK and the provider module (imports);
+* the tokenizer of every configured tier's model (``routing.context.warm_tokenizer``), so prompt
+  budgets are counted exactly from the first message;
+* the tier classifier (``routing.classifier.get_classifier``: trains on the shipped labels);
+* the answer cache's intent model and the embedder (one embedding).
+
+A failure is logged and reported as ``error: ...`` by :func:`status`; the server still serves
+(each part loads again lazily at first use and raises there).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+_state = "not started"  # "not started" | "loading" | "ok" | "error: ..."
+
+
+def status() -> str:
+    """``"ok"`` when warm (or when no warm-up was started: everything loads lazily then),
+    ``"loading"`` while the warm-up runs, ``"error: <Type>: <message>"`` when a step failed."""
+    return "ok" if _state == "not started" else _state
+
+
+def start() -> None:
+    """Warm the router up in a daemon thread (idempotent; returns at once)."""
+    global _thread, _state
+    with _lock:
+        if _thread is not None:
+            return
+        _state = "loading"
+        _thread = threading.Thread(target=_run, name="kefu-warm-up", daemon=True)
+        _thread.start()
+
+
+def wait(timeout_s: float | None = None) -> str:
+    """Block until the warm-up started by :func:`start` ended (tests, tooling); its status."""
+    thread = _thread
+    if thread is not None:
+        thread.join(timeout_s)
+    return status()
+
+
+def _run() -> None:
+    global _state
+    try:
+        warm()
+    except Exception as e:  # the thread's edge: report it; each part retries lazily and raises there
+        log.exception("router warm-up failed")
+        _state = f"error: {type(e).__name__}: {e}"
+        return
+    finally:
+        from django.db import close_old_connections
+
+        close_old_connections()
+    _state = "ok"
+
+
+def warm() -> None:
+    """The warm-up itself (blocking, ~3-5 s on 2 cores the first time in a process)."""
+    from django.conf import settings
+
+    from cache_layer.embeddings import embed_batched
+    from cache_layer.intent_model import get_intent_model
+
+    from . import context
+    from .classifier import get_classifier
+    from .providers import openai_remote  # noqa: F401  (imports the openai SDK)
+
+    for tier in settings.KEFU_TIERS.values():
+        if tier.get("api_key") and tier.get("model"):
+            context.warm_tokenizer(str(tier["model"]))
+    get_classifier()
+    get_intent_model()
+    embed_batched(["warm up"])
+    log.info("router warm: SDK imported, tokenizers loaded, tier classifier trained")

@@ -1,0 +1,56 @@
+"""Storing a shopper message and claiming it for answering in the same transaction
+(``services.message_receive(claim=True)``): a message is claimed only when no older one waits, so
+messages are always answered in order."""
+from __future__ import annotations
+
+import pytest
+
+from chat import services
+from chat.models import Conversation, Message, Role
+
+pytestmark = pytest.mark.django_db
+
+
+def answered_seq(conv: Conversation) -> int:
+    return Conversation.objects.values_list("answered_seq", flat=True).get(pk=conv.pk)
+
+
+def test_a_message_in_an_idle_conversation_is_claimed_with_its_store() -> None:
+    conv, _ = services.conversation_start()
+    got = services.message_receive(conversation_id=conv.id, client_id="c1", text="Do you ship to Canada?", claim=True)
+    assert got.created and got.claimed is not None and got.claimed.answered_seq == got.message.seq == 1
+    assert answered_seq(conv) == 1
+    assert services.answer_claim(conversation_id=conv.id) is None  # nothing else to answer
+
+
+def test_a_message_is_not_claimed_while_an_older_one_waits_and_the_older_is_answered_first() -> None:
+    conv, _ = services.conversation_start()
+    older = services.message_receive(conversation_id=conv.id, client_id="c1", text="first question", claim=False)
+    newer = services.message_receive(conversation_id=conv.id, client_id="c2", text="second question", claim=True)
+    assert older.claimed is None and newer.claimed is None
+    assert answered_seq(conv) == 0
+    claimed = services.answer_claim(conversation_id=conv.id)
+    assert claimed is not None and claimed[0].text == "first question"
+    claimed = services.answer_claim(conversation_id=conv.id)
+    assert claimed is not None and claimed[0].text == "second question"
+    assert answered_seq(conv) == newer.message.seq
+
+
+def test_bot_and_agent_messages_in_between_do_not_block_the_claim() -> None:
+    conv, _ = services.conversation_start()
+    first = services.message_receive(conversation_id=conv.id, client_id="c1", text="hello there", claim=True)
+    assert first.claimed is not None
+    bot, _epoch = services.bot_message_begin(conversation_id=conv.id, reply_to_seq=first.message.seq, route="faq")
+    second = services.message_receive(conversation_id=conv.id, client_id="c2", text="and returns?", claim=True)
+    assert second.claimed is not None and second.message.seq == bot.seq + 1
+    assert answered_seq(conv) == second.message.seq
+    assert list(Message.objects.filter(conversation=conv).order_by("seq").values_list("role", flat=True)) == [
+        Role.SHOPPER, Role.BOT, Role.SHOPPER]
+
+
+def test_a_resend_is_neither_stored_nor_claimed_twice() -> None:
+    conv, _ = services.conversation_start()
+    a = services.message_receive(conversation_id=conv.id, client_id="same", text="Where is my parcel?", claim=True)
+    b = services.message_receive(conversation_id=conv.id, client_id="same", text="Where is my parcel?", claim=True)
+    assert a.created and not b.created and b.claimed is None and b.message.pk == a.message.pk
+    assert Message.objects.filter(conversation=conv).count() == 1 and answered_seq(conv) == 1

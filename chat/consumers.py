@@ -7,6 +7,7 @@ what this socket already has (a socket that joins mid-stream gets the text so fa
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -14,6 +15,10 @@ from typing import Any
 
 from autobahn.exception import Disconnected
 from channels.db import database_sync_to_async
+from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
@@ -37,6 +42,60 @@ class _FrameSocket(AsyncWebsocketConsumer):
 
     async def _release(self) -> None:
         raise NotImplementedError
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Channels' ``AsyncConsumer.__call__``, with two differences:
+
+        * the channel-layer receive survives the layer's transient errors (``_channel_receive``):
+          in channels' own loop a Redis read timeout in that receive ends the consumer, and Daphne
+          closes the shopper's socket with 1011 mid-conversation (seen in the two-worker test);
+        * whatever ends the consumer (a clean close, a crash, a cancelled task), ``_release``
+          runs: counted slots are given back and groups are left.
+        """
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.channel_receive = self._channel_receive
+        self.base_send = send
+        try:
+            await await_many_dispatch([receive, self.channel_receive], self.dispatch)
+        except StopConsumer:
+            pass
+        finally:
+            await self._release()
+
+    #: Waits between attempts after a failed channel-layer receive, seconds (then the last repeats).
+    LAYER_RETRY_S = (0.05, 0.25, 1.0, 2.0)
+
+    async def _channel_receive(self) -> dict[str, Any]:
+        """The next event of this socket's channel. A failure of the layer (Redis timeout, lost
+        connection) is logged and retried with backoff instead of closing the socket: events
+        published meanwhile may be missed, but everything is stored, and the shopper's widget
+        catches up from the stored messages (``hello`` with ``after``) on its next reconnect."""
+        attempt = 0
+        while True:
+            try:
+                return await self.channel_layer.receive(self.channel_name)
+            except Exception as e:  # CancelledError is not an Exception: a close still ends it
+                wait = self.LAYER_RETRY_S[min(attempt, len(self.LAYER_RETRY_S) - 1)]
+                log.warning("channel layer receive failed (%s: %s); retrying in %.2f s", type(e).__name__, e, wait)
+                attempt += 1
+                await asyncio.sleep(wait)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' ``dispatch`` without its ``aclose_old_connections()`` before every handler.
+
+        That call is a hop to the single sync thread (the one every ``database_sync_to_async``
+        call runs in) for each frame received and each group event, every ``stream.delta``
+        included: a profile of the routing-overhead check showed it costing ~4.6 ms of CPU per
+        answered message, and each hop waits behind whatever database work that thread is
+        doing. It is not needed here: these consumers never touch the ORM on the event loop;
+        their database work goes through ``database_sync_to_async``, which closes old and
+        unusable connections around each call itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def disconnect(self, code: int) -> None:
         self.closed = True
@@ -71,14 +130,6 @@ class ShopperConsumer(_FrameSocket):
             await self.close(code=CLOSE_TOO_MANY)
             return
         self.counted = True
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        # Whatever ends this consumer (a clean close, a crash, a cancelled task), its slot in the
-        # per-address socket count is given back and it leaves the conversation group.
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._release()
 
     async def _release(self) -> None:
         if self.counted:
@@ -279,12 +330,6 @@ class AgentConsumer(_FrameSocket):
                           "agents_online": presence.agents_online(), "canned": canned,
                           "max_chars": settings.KEFU_MAX_MESSAGE_CHARS})
         await self._send({"type": "queue", "conversations": queue})
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._release()
 
     async def _release(self) -> None:
         if self.counted:

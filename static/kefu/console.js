@@ -436,6 +436,7 @@
     if (send({ type: "message", conversation: state.open, text })) {
       reply.value = "";
       $("suggest-hint").textContent = "";
+      state.lastTypingAt = 0; // the next message's typing is announced at once, not throttled
     }
   }
   $("composer").addEventListener("submit", (event) => {

@@ -33,6 +33,8 @@
   const BACKOFF_MIN_MS = 500;
   const BACKOFF_MAX_MS = 30000;
   const THINKING_TIMEOUT_MS = 45000;
+  // An agent's typing frames come every 2 s while they type: the indicator outlives two of them.
+  const AGENT_TYPING_MS = 5000;
   const ERROR_VISIBLE_MS = 10000;
 
   function findOwnScript() {
@@ -473,7 +475,8 @@
   thinking.hidden = true;
   const dots = h("span", "kefu-dots");
   dots.append(h("span"), h("span"), h("span"));
-  thinking.append(h("span", "kefu-label", T.bot), dots);
+  const thinkingLabel = h("span", "kefu-label", T.bot);
+  thinking.append(thinkingLabel, dots);
 
   // Announces a finished streamed answer once (the streaming bubble itself is hidden from the
   // live log while it grows, so screen readers do not read every delta).
@@ -666,15 +669,26 @@
     }, 50);
   }
 
+  // One indicator at the end of the log: the bot preparing an answer, or the agent who holds the
+  // conversation typing (the server relays an agent's typing at most every 2 s while they type).
   let thinkingTimer = 0;
-  function showThinking() {
-    if (state.status && state.status !== "bot") return;
+  function showIndicator(label, who, timeoutMs) {
     const stick = nearBottom();
+    thinkingLabel.textContent = label;
+    thinking.dataset.who = who;
     log.appendChild(thinking);
     thinking.hidden = false;
     clearTimeout(thinkingTimer);
-    thinkingTimer = setTimeout(hideThinking, THINKING_TIMEOUT_MS);
+    thinkingTimer = setTimeout(hideThinking, timeoutMs);
     if (stick) scrollToEnd();
+  }
+  function showThinking() {
+    if (state.status && state.status !== "bot") return;
+    showIndicator(T.bot, "bot", THINKING_TIMEOUT_MS);
+  }
+  function showAgentTyping(f) {
+    if (state.status !== "agent" || f.role !== "agent") return;
+    showIndicator(typeof f.agent === "string" && f.agent ? f.agent : state.agentName || T.agent, "agent", AGENT_TYPING_MS);
   }
   function hideThinking() {
     clearTimeout(thinkingTimer);
@@ -931,6 +945,8 @@
         return setStatus(String(f.status), typeof f.agent === "string" ? f.agent : null, true);
       case "error":
         return onError(f);
+      case "typing":
+        return showAgentTyping(f);
       default:
         return undefined; // unknown frames are ignored (forward compatible)
     }
@@ -1220,6 +1236,7 @@
       input.value = "";
       autosize();
       updateComposer();
+      state.lastTypingAt = 0; // the next message's typing is announced at once, not throttled
     }
     input.focus();
   }

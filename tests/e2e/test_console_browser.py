@@ -84,16 +84,24 @@ def test_shopper_and_agent_talk_live_then_the_bot_answers_again(live_kefu, brows
     expect(agent.locator("#list-agent .queue__item")).to_have_count(1)
     expect(shopper.locator("kefu-chat >> .kefu-notice").last).to_have_text("Alice joined the conversation", timeout=20000)
 
-    # Shopper -> agent.
+    # Shopper -> agent; the agent sees the shopper typing first.
     shopper.fill("kefu-chat >> #kefu-input", "my vase arrived with a crack")
+    expect(agent.locator("#typing")).to_be_visible(timeout=20000)
     shopper.press("kefu-chat >> #kefu-input", "Enter")
     expect(agent.locator("#log .msg--shopper .msg__body").last).to_have_text("my vase arrived with a crack", timeout=20000)
+    expect(agent.locator("#typing")).to_be_hidden()
 
-    # Agent -> shopper (a canned reply would be inserted the same way; here typed).
+    # Agent -> shopper (a canned reply would be inserted the same way; here typed). The shopper
+    # sees the agent typing, by name, until the message arrives.
     agent.fill("#reply", "Sorry about that! I'm sending a replacement today.")
+    indicator = shopper.locator("kefu-chat >> .kefu-thinking")
+    expect(indicator).to_be_visible(timeout=20000)
+    expect(indicator).to_have_attribute("data-who", "agent")
+    expect(indicator.locator(".kefu-label")).to_have_text("Alice")
     agent.press("#reply", "Enter")
     agent_msg = shopper.locator("kefu-chat >> .kefu-msg--agent").last
     expect(agent_msg).to_contain_text("Sorry about that! I'm sending a replacement today.", timeout=20000)
+    expect(indicator).to_be_hidden()
     expect(agent.locator("#log .msg--agent")).to_have_count(1)
 
     # Hand back: the bot answers the next question, and the agent watches it stream in.

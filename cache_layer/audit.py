@@ -190,7 +190,7 @@ async def _reanswer(messages: list[dict[str, str]], locale: str) -> tuple[str, s
     texts: list[str] = []
     done: StreamDone | None = None
     try:
-        async with aclosing(stream_with_fallback(decision)) as stream:
+        async with aclosing(stream_with_fallback(decision, context=ledger.CallContext(purpose="audit"))) as stream:
             async for item in stream:
                 if isinstance(item, TextDelta):
                     texts.append(item.text)

@@ -370,21 +370,26 @@ class AgentConsumer(_FrameSocket):
                 raise ProtocolError("invalid", "conversation must be a conversation id (UUID string)")
             await handler(self, cid, content)
         except ProtocolError as e:
-            await self._send(self._error(e.code, e.message, content.get("conversation")))
+            await self._send(self._error(e.code, e.message, content))
         except services.NotFound:
-            await self._send(self._error("not_found", "no such conversation", content.get("conversation")))
+            await self._send(self._error("not_found", "no such conversation", content))
         except services.NotOwner as e:
             err = self._error("not_owner", f"{e.owner} is handling this conversation" if e.owner
-                              else f"take the conversation over first (it is {e.status})", content.get("conversation"))
+                              else f"take the conversation over first (it is {e.status})", content)
             if e.owner:
                 err["agent"] = e.owner
             await self._send(err)
 
     @staticmethod
-    def _error(code: str, message: str, conversation: Any) -> dict[str, Any]:
+    def _error(code: str, message: str, content: dict[str, Any]) -> dict[str, Any]:
+        """An ``error`` frame about the client frame ``content``: it names the conversation and,
+        for a ``message``, echoes its ``client_id`` (so the console drops that pending message)."""
         frame: dict[str, Any] = dict(error_frame(code, message))
+        conversation, client_id = content.get("conversation"), content.get("client_id")
         if isinstance(conversation, str) and parse_uuid(conversation) is not None:
             frame["conversation"] = conversation
+        if content.get("type") == "message" and isinstance(client_id, str) and 0 < len(client_id) <= 64:
+            frame["client_id"] = client_id
         return frame
 
     async def on_open(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
@@ -414,7 +419,7 @@ class AgentConsumer(_FrameSocket):
         elif change.agent_id == self.user.pk:
             await self._send({"type": "conversation.update", "conversation": str(cid), "status": change.status, "agent": change.agent})
         else:
-            err = self._error("taken", f"{change.agent} is already handling this conversation", str(cid))
+            err = self._error("taken", f"{change.agent} is already handling this conversation", content)
             err["agent"] = change.agent
             await self._send(err)
 
@@ -428,9 +433,19 @@ class AgentConsumer(_FrameSocket):
             await events.publish_owner_change(conversation_id=cid, status=change.status, agent="", epoch=change.epoch)
 
     async def on_message(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
-        text = validate_text(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
-        msg = await database_sync_to_async(services.agent_message_send)(conversation_id=cid, agent=self.user, text=text)
-        await events.publish(cid, events.message_frame(msg))
+        """An agent's message. With a ``client_id`` (the console always sends one) it is stored
+        once however often it is resent; a resend is acknowledged to this socket only."""
+        client_id = content.get("client_id")
+        if client_id is not None:
+            client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+        else:
+            text = validate_text(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+        sent = await database_sync_to_async(services.agent_message_send)(
+            conversation_id=cid, agent=self.user, text=text, client_id=client_id)
+        if not sent.created:
+            await self._send({**events.message_frame(sent.message), "conversation": str(cid)})
+            return
+        await events.publish(cid, events.message_frame(sent.message))
 
     async def on_typing(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
         owner = await database_sync_to_async(selectors.conversation_owner)(conversation_id=cid)

@@ -354,22 +354,35 @@ def conversation_close(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange
     return state
 
 
-def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str) -> Message:
+def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, client_id: str | None = None) -> Received:
     """Store a message of the agent who holds the conversation (role ``agent``, their display
-    name). Raises ``NotOwner`` when ``agent`` does not hold it, ``NotFound``. ``text`` must be
-    validated by the caller (not blank, within ``KEFU_MAX_MESSAGE_CHARS``)."""
-    with transaction.atomic():
-        try:
-            seq, _answered, status, _locale = _next_seq(conversation_id)
-        except Conversation.DoesNotExist:
-            raise NotFound(str(conversation_id)) from None
-        owner = Conversation.objects.filter(pk=conversation_id).values_list("agent_id", "agent_name").get()
-        if status != ConversationStatus.AGENT or owner[0] != agent.pk:
-            transaction.set_rollback(True)
-            raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
-        return Message.objects.create(
-            conversation_id=conversation_id, seq=seq, role=Role.AGENT, text=text, agent_name=owner[1],
-        )
+    name), exactly once per (conversation, ``client_id``) when the console sends one: a resend
+    (after a reconnect) returns the stored row with ``created=False`` and stores nothing, even if
+    the agent no longer holds the conversation. Raises ``NotOwner`` when ``agent`` does not hold
+    it, ``NotFound``. ``text`` must be validated by the caller (not blank, within
+    ``KEFU_MAX_MESSAGE_CHARS``)."""
+    if client_id is not None:
+        known = Message.objects.filter(conversation_id=conversation_id, client_id=client_id, role=Role.AGENT).first()
+        if known is not None:
+            return Received(known, created=False, reopened=False)
+    try:
+        with transaction.atomic():
+            try:
+                seq, _answered, status, _locale = _next_seq(conversation_id)
+            except Conversation.DoesNotExist:
+                raise NotFound(str(conversation_id)) from None
+            owner = Conversation.objects.filter(pk=conversation_id).values_list("agent_id", "agent_name").get()
+            if status != ConversationStatus.AGENT or owner[0] != agent.pk:
+                transaction.set_rollback(True)
+                raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
+            msg = Message.objects.create(
+                conversation_id=conversation_id, seq=seq, role=Role.AGENT, text=text, agent_name=owner[1],
+                client_id=client_id,
+            )
+    except IntegrityError:
+        # The same client_id raced in through another socket or worker a moment ago.
+        return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)
+    return Received(msg, created=True, reopened=False)
 
 
 @dataclass(frozen=True)

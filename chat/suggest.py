@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from channels.db import database_sync_to_async
 
 from routing import strategy
+from routing.ledger import CallContext
 from routing.providers.base import ProviderError, TextDelta
 from routing.resilience import stream_with_fallback
 
@@ -59,7 +60,8 @@ async def draft_reply(*, conversation_id: uuid.UUID) -> Suggestion | None:
         if decision.provider is not None and decision.request is not None:
             parts: list[str] = []
             try:
-                async for item in stream_with_fallback(decision):
+                async for item in stream_with_fallback(
+                        decision, context=CallContext(conversation_id=conversation_id, purpose="suggestion")):
                     if isinstance(item, TextDelta):
                         parts.append(item.text)
             except ProviderError as e:

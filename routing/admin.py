@@ -61,10 +61,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
 class UpstreamCallAdmin(admin.ModelAdmin):
     """The cost ledger, read-only: one row per attempt to call a remote tier."""
 
-    list_display = ("created_at", "tier", "model", "attempt", "outcome", "error_code", "http_status",
+    list_display = ("created_at", "purpose", "tier", "model", "attempt", "outcome", "error_code", "http_status",
                     "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_usd", "estimated",
                     "ttft_ms", "latency_ms", "conversation_id", "message_id", "api_key")
-    list_filter = ("outcome", "tier", "estimated", "error_code")
+    list_filter = ("purpose", "outcome", "tier", "estimated", "error_code")
     list_select_related = ("api_key",)
     date_hierarchy = "created_at"
     search_fields = ("model", "=conversation__id")

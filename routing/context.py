@@ -400,7 +400,7 @@ async def _summary_call(messages: list[dict[str, str]], *, conversation_id: uuid
     texts: list[str] = []
     done: StreamDone | None = None
     try:
-        async with aclosing(stream_with_fallback(decision, context=CallContext(conversation_id=conversation_id))) as stream:
+        async with aclosing(stream_with_fallback(decision, context=CallContext(conversation_id=conversation_id, purpose="summary"))) as stream:
             async for item in stream:
                 if isinstance(item, TextDelta):
                     texts.append(item.text)

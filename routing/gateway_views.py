@@ -133,7 +133,7 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponse:
     """Stream from the tiers. The first item is awaited before the response starts, so a failure
     of every tier before any text is a proper HTTP error, and the route is final."""
     d = p.decision
-    source = stream_with_fallback(d, context=CallContext(api_key_id=key_id))
+    source = stream_with_fallback(d, context=CallContext(api_key_id=key_id, purpose="gateway"))
     try:
         first: TextDelta | StreamDone = await anext(source)
     except ProviderError as e:

@@ -46,12 +46,15 @@ class CallContext:
     """Who a remote call is for, stored on its ledger rows; every field optional.
 
     ``conversation_id``: the chat conversation (UUID); ``message_id``: the shopper message being
-    answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls.
+    answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls;
+    ``purpose``: what the call was for (``routing.models.Purpose``: ``answer``, ``rewrite``,
+    ``summary``, ``suggestion``, ``audit``, ``gateway``).
     """
 
     conversation_id: uuid.UUID | None = None
     message_id: int | None = None
     api_key_id: int | None = None
+    purpose: str = "answer"
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ def _insert(attempt: Attempt, usage: Usage) -> None:
     ctx = attempt.context
     UpstreamCall.objects.create(
         conversation_id=ctx.conversation_id, message_id=ctx.message_id, api_key_id=ctx.api_key_id,
-        tier=attempt.tier, model=attempt.model[:100], attempt=attempt.attempt,
+        purpose=ctx.purpose, tier=attempt.tier, model=attempt.model[:100], attempt=attempt.attempt,
         prompt_tokens=usage.prompt_tokens, cached_prompt_tokens=usage.cached_prompt_tokens,
         completion_tokens=usage.completion_tokens,
         cost_usd=cost_usd(tier=attempt.tier, prompt_tokens=usage.prompt_tokens,

@@ -76,6 +76,17 @@ class Outcome(models.TextChoices):
     FAILED = "failed"  # failed and nothing else was tried: after the first token (cut), or the last tier
 
 
+class Purpose(models.TextChoices):
+    """What an upstream call was for (the ops view splits spending by it)."""
+
+    ANSWER = "answer", "Answer to a shopper"
+    REWRITE = "rewrite", "Follow-up rewrite (answer cache key)"
+    SUMMARY = "summary", "Rolling conversation summary"
+    SUGGESTION = "suggestion", "Suggested reply for an agent"
+    AUDIT = "audit", "Answer-cache audit"
+    GATEWAY = "gateway", "Gateway (/v1/chat/completions)"
+
+
 class UpstreamCall(models.Model):
     """The cost ledger: one row per attempt to call a remote tier (``routing.resilience``).
 
@@ -84,7 +95,8 @@ class UpstreamCall(models.Model):
     ``estimated`` marks rows whose tokens kefu counted itself (no usage reported: a stream cut,
     a timeout). ``cost_usd`` is USD at the tier's list prices (``routing.ledger.cost_usd``).
     ``ttft_ms`` / ``latency_ms`` are from the attempt's request to its first text / its end.
-    ``message`` is the shopper message being answered (chat), ``api_key`` the gateway key.
+    ``message`` is the shopper message being answered (chat), ``api_key`` the gateway key,
+    ``purpose`` what the call was for (``Purpose``).
     """
 
     conversation = models.ForeignKey(
@@ -92,6 +104,7 @@ class UpstreamCall(models.Model):
     )
     message = models.ForeignKey("chat.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls")
+    purpose = models.CharField(max_length=16, choices=Purpose.choices, default=Purpose.ANSWER, db_index=True)
     tier = models.CharField(max_length=16)
     model = models.CharField(max_length=100, blank=True)
     attempt = models.PositiveSmallIntegerField(default=1, help_text="1 for the first try of this tier, 2 for its retry...")

@@ -18,6 +18,7 @@ Settings read: ``KEFU_REWRITE_TIMEOUT_S`` (float seconds), ``KEFU_TIERS`` (the t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import Sequence
@@ -140,7 +141,8 @@ async def standalone_question(
     done: StreamDone | None = None
     try:
         async with asyncio.timeout(rewrite_timeout_s()):
-            async with aclosing(stream_with_fallback(decision, context=context)) as stream:
+            ctx = dataclasses.replace(context or CallContext(), purpose="rewrite")
+            async with aclosing(stream_with_fallback(decision, context=ctx)) as stream:
                 async for item in stream:
                     if isinstance(item, TextDelta):
                         texts.append(item.text)

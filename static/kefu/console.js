@@ -24,7 +24,16 @@
     lastTypingAt: 0,
     maxChars: 2000,
     pendingWrong: null, // message id of a "Wrong answer" mark awaiting its reply
+    // Agent messages sent but not acknowledged yet: client_id -> {frame, el}. They are resent,
+    // with the same client_id, after a reconnect; the server stores each client_id once.
+    pending: new Map(),
   };
+
+  function newClientId() {
+    const bytes = new Uint8Array(16);
+    crypto.getRandomValues(bytes);
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
 
   const ROLE_LABEL = { shopper: "Shopper", bot: "Bot", agent: "Agent", system: "Notice" };
   const STATUS_LABEL = {
@@ -93,6 +102,7 @@
         for (const row of f.conversations) state.rows.set(row.id, row);
         renderLists();
         if (state.open) send({ type: "open", conversation: state.open }); // after a reconnect
+        for (const p of state.pending.values()) send(p.frame); // unacknowledged messages, again
         return;
       case "conversation.update":
         return onUpdate(f);
@@ -104,8 +114,14 @@
         return;
       case "error":
         notify(f.message || f.code, true);
+        if (f.client_id) notSent(f.client_id, f.message || f.code);
         if (state.pendingWrong != null) wrongFailed();
         return;
+    }
+    if (f.type === "message" && f.client_id && state.pending.has(f.client_id)) {
+      // One of this console's messages is stored (possibly in a conversation no longer open).
+      state.pending.get(f.client_id).el.remove();
+      state.pending.delete(f.client_id);
     }
     if (f.conversation !== state.open) return;
     switch (f.type) {
@@ -238,6 +254,14 @@
   function onMessage(f) {
     upsertMessage({ id: f.id, seq: f.seq, role: f.role, text: f.text, route: f.route, cut: f.cut, agent: f.agent, streaming: false });
     if (f.role === "shopper") $("typing").hidden = true;
+  }
+
+  function notSent(clientId, why) {
+    const p = state.pending.get(clientId);
+    if (!p) return;
+    state.pending.delete(clientId);
+    p.el.classList.add("msg--failed");
+    p.el.querySelector(".msg__meta").textContent = `Not sent: ${why}`;
   }
 
   function onDelta(f) {
@@ -433,11 +457,19 @@
     const text = reply.value;
     if (!text.trim() || !mine()) return;
     if ([...text].length > state.maxChars) return notify(`At most ${state.maxChars} characters`, true);
-    if (send({ type: "message", conversation: state.open, text })) {
-      reply.value = "";
-      $("suggest-hint").textContent = "";
-      state.lastTypingAt = 0; // the next message's typing is announced at once, not throttled
-    }
+    const frame = { type: "message", conversation: state.open, client_id: newClientId(), text };
+    // Shown at once as "sending"; replaced by the stored message when the server acknowledges it,
+    // resent after a reconnect until then (offline, it simply waits).
+    const li = el("li", "msg msg--agent msg--pending");
+    li.dataset.seq = String(Number.MAX_SAFE_INTEGER);
+    li.append(el("div", "msg__meta", "Sending…"), el("div", "msg__body", text));
+    $("log").append(li);
+    scrollLog();
+    state.pending.set(frame.client_id, { frame, el: li });
+    send(frame);
+    reply.value = "";
+    $("suggest-hint").textContent = "";
+    state.lastTypingAt = 0; // the next message's typing is announced at once, not throttled
   }
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();

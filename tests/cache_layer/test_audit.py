@@ -80,8 +80,8 @@ def test_a_sampled_hit_answered_the_same_way_is_recorded_same(faq, remote, setti
     # A verdict of "same" leaves the entry alone.
     assert CachedAnswer.objects.filter(id=entry_id).exists()
     # The re-answer is in the cost ledger, attached to no conversation (it answered no shopper).
-    assert list(UpstreamCall.objects.values_list("tier", "outcome", "conversation_id", "message_id")) == [
-        ("simple", "ok", None, None)]
+    assert list(UpstreamCall.objects.values_list("tier", "outcome", "conversation_id", "message_id", "purpose")) == [
+        ("simple", "ok", None, None, "audit")]
 
 
 def test_a_sampled_hit_answered_otherwise_is_recorded_different_and_not_evicted(faq, remote, settings):

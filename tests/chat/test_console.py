@@ -30,6 +30,9 @@ SAME_ORIGIN = [(b"origin", b"http://127.0.0.1:8000")]
 def make_user(username: str, *, staff: bool = True, agent: bool = True, first_name: str = "") -> Any:
     from django.contrib.auth.models import Permission, User
 
+    known = User.objects.filter(username=username).first()
+    if known is not None:  # the same agent again (a second console, a reconnect)
+        return known
     user = User.objects.create_user(username, password="pw-" + username, is_staff=staff, first_name=first_name)
     if agent:
         user.user_permissions.add(Permission.objects.get(codename="handle_conversations"))
@@ -290,6 +293,41 @@ async def test_take_over_exchange_and_hand_back(make_client, make_agent, faq):
     assert conv.status == "bot" and conv.agent_id is None and conv.owner_epoch == 2
 
 
+async def test_an_agent_message_resent_after_a_reconnect_is_stored_and_delivered_once(make_client, make_agent, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    alice = await make_agent("alice", "Alice")
+    await handed_off(shopper)
+    await alice.until("handoff", shopper.conversation)
+    await alice.send({"type": "take_over", "conversation": shopper.conversation})
+    assert (await shopper.recv())["status"] == "agent"
+
+    frame = {"type": "message", "conversation": shopper.conversation, "client_id": "c-7f3a", "text": "A new vase ships today."}
+    await alice.send(frame)
+    reply = await shopper.recv()
+    assert reply["role"] == "agent" and reply["text"] == "A new vase ships today." and reply["client_id"] == "c-7f3a"
+
+    # The console lost its socket before it saw the acknowledgement, reconnects and resends.
+    await alice.comm.disconnect()
+    again = await make_agent("alice", "Alice")
+    await again.send(frame)
+    ack = (await again.until("message", shopper.conversation))[-1]
+    assert ack["id"] == reply["id"] and ack["seq"] == reply["seq"] and ack["client_id"] == "c-7f3a"
+    assert await shopper.comm.receive_nothing(timeout=0.7)  # the shopper got it once
+    assert [r for r in await stored(shopper.conversation) if r[0] == "agent"] == [("agent", "A new vase ships today.")]
+
+    # After a hand-back the resend is still only acknowledged, never stored or refused.
+    await again.send({"type": "hand_back", "conversation": shopper.conversation})
+    assert (await shopper.recv())["status"] == "bot"
+    await again.send(frame)
+    assert (await again.until("message", shopper.conversation))[-1]["id"] == reply["id"]
+    # A new client_id from an agent who no longer holds it is refused, and the error names it.
+    await again.send({**frame, "client_id": "c-8b01", "text": "late"})
+    err = (await again.until("error"))[-1]
+    assert err["code"] == "not_owner" and err["client_id"] == "c-8b01" and err["conversation"] == shopper.conversation
+    assert [r for r in await stored(shopper.conversation) if r[0] == "agent"] == [("agent", "A new vase ships today.")]
+
+
 async def test_close_and_transcript_routes(make_client, make_agent, faq, client):
     shopper = await make_client()
     await shopper.hello()
@@ -469,6 +507,30 @@ async def test_canned_replies_and_suggested_reply(make_client, make_agent, faq):
     assert suggestion["text"] == "You can return unused items within 30 days for a full refund."
     assert await shopper.comm.receive_nothing(timeout=0.5)  # a draft is never sent on its own
     assert [r[0] for r in await stored(shopper.conversation)] == ["shopper", "bot", "shopper", "bot"]
+
+
+async def test_a_suggested_reply_from_the_remote_model_is_in_the_ledger_as_a_suggestion(
+        make_client, make_agent, faq, remote, settings):
+    from routing import ledger
+    from routing.models import UpstreamCall
+
+    settings.KEFU_CACHE_ENABLED = False  # the draft must come from the model, not the cached answer
+    remote.push(Behaviour(text="Not in walnut yet, sorry."), Behaviour(text="Walnut arrives in May; shall I note your email?"))
+    alice = await make_agent("alice", "Alice")
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("Does the oak side table come in walnut?")
+    assert (await shopper.until("stream.end"))[-1]["route"] == "llm.simple"
+    await handed_off(shopper, "human please")
+    await alice.send({"type": "suggest", "conversation": shopper.conversation})
+    suggestion = (await alice.until("suggestion"))[-1]
+    assert suggestion["route"] == "llm.simple" and suggestion["text"] == "Walnut arrives in May; shall I note your email?"
+    assert await shopper.comm.receive_nothing(timeout=0.5)  # never sent on its own
+    await ledger.flush()
+    rows = await database_sync_to_async(lambda: list(
+        UpstreamCall.objects.order_by("id").values_list("purpose", "outcome", "conversation_id")))()
+    conv = await conversation(shopper.conversation)
+    assert rows == [("answer", "ok", conv.pk), ("suggestion", "ok", conv.pk)]
 
 
 # --- HTTP ----------------------------------------------------------------------------------------

@@ -118,8 +118,8 @@ async def test_answer_passes_the_clients_prompt_through_and_is_a_ledger_row_with
     sent = remote.requests[0]
     assert sent["messages"] == GOOD["messages"] and sent["max_tokens"] == 50 and sent["temperature"] == 0.1
     await ledger.flush()
-    [row] = await database_sync_to_async(lambda: list(UpstreamCall.objects.values("outcome", "api_key_id", "conversation_id")))()
-    assert row == {"outcome": "ok", "api_key_id": key[0], "conversation_id": None}
+    [row] = await database_sync_to_async(lambda: list(UpstreamCall.objects.values("outcome", "api_key_id", "conversation_id", "purpose")))()
+    assert row == {"outcome": "ok", "api_key_id": key[0], "conversation_id": None, "purpose": "gateway"}
     last_used = await database_sync_to_async(lambda: ApiKey.objects.get(pk=key[0]).last_used_at)()
     assert last_used is not None
 

@@ -72,8 +72,8 @@ async def test_request_carries_history_and_text_and_the_reply_comes_back_cleaned
         assert body in user["content"]
     assert user["content"].rstrip().endswith(FOLLOW_UP)
     # The rewrite is a remote call like any other: one ledger row, with its message.
-    calls = await database_sync_to_async(lambda: list(UpstreamCall.objects.values("tier", "outcome", "message_id")))()
-    assert calls == [{"tier": "simple", "outcome": "ok", "message_id": message.pk}]
+    calls = await database_sync_to_async(lambda: list(UpstreamCall.objects.values("tier", "outcome", "message_id", "purpose")))()
+    assert calls == [{"tier": "simple", "outcome": "ok", "message_id": message.pk, "purpose": "rewrite"}]
 
 
 async def test_chinese_follow_up_asks_for_chinese_and_strips_the_label(remote):

@@ -71,7 +71,7 @@ async def test_turns_that_leave_the_window_are_summarised_by_the_simple_tier(mak
     assert QUESTIONS[1] not in transcript  # still in the window: not summarised
     await ledger.flush()
     rows = await database_sync_to_async(lambda: list(UpstreamCall.objects.filter(message=None)))()
-    assert [(r.outcome, r.conversation_id, r.prompt_tokens) for r in rows] == [("ok", conv.pk, 300)]
+    assert [(r.outcome, r.conversation_id, r.prompt_tokens, r.purpose) for r in rows] == [("ok", conv.pk, 300, "summary")]
 
 
 @pytest.mark.asyncio

@@ -156,6 +156,9 @@ KEFU_MAX_SOCKETS_PER_IP = _env("int", "KEFU_MAX_SOCKETS_PER_IP", default=16)
 KEFU_MESSAGES_PER_MINUTE_PER_IP = _env("int", "KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
 KEFU_MAX_MESSAGE_CHARS = _env("int", "KEFU_MAX_MESSAGE_CHARS", default=2000)
 
+# --- Ops: /metrics needs "Authorization: Bearer <token>" when set (docs/ops.md).
+KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")
+
 # --- Store settings: fill {{placeholders}} in FAQ answers (a shopper never sees a raw placeholder).
 KEFU_STORE_NAME = env.str("KEFU_STORE_NAME", default="Lantern & Loom")
 KEFU_STORE_PLACEHOLDERS = _env("json", "KEFU_STORE_PLACEHOLDERS", default={})

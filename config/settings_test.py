@@ -19,3 +19,11 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # test ended and write to the database while the next test sets up. Their own tests switch them on.
 KEFU_CACHE_AUDIT_RATE = 0.0
 KEFU_SUMMARY_MIN_TURNS = 0
+# Django's test database is shared-cache in-memory SQLite, where a connection that reads a table
+# makes another connection's write to it fail at once ("database table is locked"), instead of
+# waiting as the file database the app runs on does (WAL). Summary threads read a conversation
+# while the next message is stored (CI failed so once); read_uncommitted makes readers take no
+# table locks in shared-cache mode (https://www.sqlite.org/sharedcache.html, section 2.2.1).
+DATABASES["default"]["OPTIONS"]["init_command"] = (  # noqa: F405
+    DATABASES["default"]["OPTIONS"].get("init_command", "") + " PRAGMA read_uncommitted = 1;"  # noqa: F405
+)

@@ -3,7 +3,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import path
 
 from chat import views
-from routing import gateway_views
+from routing import gateway_views, ops_views
 
 urlpatterns = [
     path("", views.storefront, name="storefront"),
@@ -16,4 +16,8 @@ urlpatterns = [
     path("console/conversations/<uuid:conversation_id>/", views.console_transcript, name="console-transcript"),
     path("console/login/", views.ConsoleLoginView.as_view(), name="console-login"),
     path("console/logout/", LogoutView.as_view(next_page="/console/login/"), name="console-logout"),
+    # Ops (docs/ops.md): staff with the routing.view_costs permission; /metrics for Prometheus.
+    path("ops/", ops_views.dashboard, name="ops"),
+    path("ops/api/summary", ops_views.summary_api, name="ops-summary"),
+    path("metrics", ops_views.metrics, name="metrics"),
 ]

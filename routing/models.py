@@ -123,6 +123,7 @@ class UpstreamCall(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["tier", "created_at"], name="upstreamcall_tier_created")]
+        permissions = [("view_costs", "Can see costs, savings and latency (ops dashboard)")]
 
     def __str__(self) -> str:
         return f"{self.tier}/{self.model} {self.outcome} ${self.cost_usd}"

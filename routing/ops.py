@@ -1,0 +1,152 @@
+"""What ops watch: cost, savings, cache hit rate and latency over a window (docs/ops.md).
+
+:func:`summary` reads the stored truth — bot answers (``chat.Message``: route, time to first
+token, ``cost_usd``, ``saved_usd``) and the cost ledger (``routing.models.UpstreamCall``: every
+upstream attempt with its purpose, tier, outcome and USD) — so the figures agree across worker
+processes and survive restarts. ``/ops/`` renders it, ``/ops/api/summary`` returns it as JSON and
+``/metrics`` exposes the running totals to Prometheus (``routing.ops_views``).
+
+Definitions (all over answers created in the window):
+
+* **cost_usd**: sum of ``UpstreamCall.cost_usd`` (every purpose: answers, rewrites, summaries,
+  suggestions, audits, gateway calls); USD at the tiers' list prices (``routing.ledger.cost_usd``).
+* **saved_usd**: sum of ``Message.saved_usd``: what the tier that would have answered would have
+  cost for FAQ, cache and shared (single-flight) answers (``routing.ledger.saved_usd``).
+* **saved_share**: ``saved / (cost + saved)``: the share of the would-be spend that kefu avoided.
+* **cache hit rate**: ``cache.* answers / (cache.* answers + llm.* answers)``: of the answers that
+  needed the remote model or the cache, how many the cache served.
+* **time to first token**: ``Message.ttft_ms``, from the shopper's message being stored to the
+  first delta sent; p50 / p95 by the nearest-rank method on at most :data:`MAX_SAMPLES` newest
+  answers per route.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+#: Newest answers per route read for the percentiles (bounds the work of one summary).
+MAX_SAMPLES = 20_000
+#: Longest window :func:`summary` accepts, hours (30 days).
+MAX_HOURS = 24 * 30
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """The ``p``-th percentile (0-100) of ``values`` by the nearest-rank method (the smallest value
+    with at least p% of the values at or below it); ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _usd(value: Decimal | None) -> float:
+    return float(round(value or Decimal("0"), 6))
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]:
+    """Figures for the last ``hours`` (0 < hours <= :data:`MAX_HOURS`), as a JSON-ready dict::
+
+        {"window": {"from", "to", "hours"},
+         "answers": {"total", "by_route": {route: {"count", "share", "ttft_ms": {"p50", "p95"}}}},
+         "shopper_messages", "cost_usd", "saved_usd", "saved_share",
+         "cost_by_purpose": {purpose: usd}, "cost_by_tier": {tier: usd},
+         "cache": {"hits", "exact", "semantic", "remote_answers", "hit_rate"},
+         "upstream": {"calls", "by_outcome": {outcome: n}, "failure_rate",
+                      "ttft_ms": {tier: {"p50", "p95"}}},
+         "handoffs": {"answers", "waiting_now", "with_agent_now"}}
+
+    Shares and rates are fractions in [0, 1] (``None`` when their denominator is 0); USD floats
+    rounded to 6 places; milliseconds to 0.1. Raises ``ValueError`` for a window out of range.
+    """
+    from chat.models import Conversation, ConversationStatus, Message, Role
+
+    from .models import UpstreamCall
+
+    if not (0 < hours <= MAX_HOURS):
+        raise ValueError(f"hours must be in (0, {MAX_HOURS}], got {hours}")
+    end = now or timezone.now()
+    start = end - timedelta(hours=hours)
+
+    answers = Message.objects.filter(role=Role.BOT, created_at__gt=start, created_at__lte=end).exclude(route="")
+    by_route = {r["route"]: r for r in answers.values("route").annotate(n=Count("id"), saved=Sum("saved_usd"))}
+    total = sum(r["n"] for r in by_route.values())
+    routes: dict[str, Any] = {}
+    for route, row in sorted(by_route.items()):
+        ttfts = list(answers.filter(route=route, ttft_ms__isnull=False).order_by("-id")
+                     .values_list("ttft_ms", flat=True)[:MAX_SAMPLES])
+        routes[route] = {"count": row["n"], "share": row["n"] / total if total else None,
+                         "ttft_ms": {"p50": _ms(percentile(ttfts, 50)), "p95": _ms(percentile(ttfts, 95))}}
+    saved = sum((r["saved"] or Decimal("0") for r in by_route.values()), Decimal("0"))
+
+    calls = UpstreamCall.objects.filter(created_at__gt=start, created_at__lte=end)
+    cost_by_purpose: dict[str, Decimal] = defaultdict(Decimal)
+    cost_by_tier: dict[str, Decimal] = defaultdict(Decimal)
+    by_outcome: dict[str, int] = defaultdict(int)
+    for row in calls.values("purpose", "tier", "outcome").annotate(n=Count("id"), usd=Sum("cost_usd")):
+        cost_by_purpose[row["purpose"]] += row["usd"] or Decimal("0")
+        cost_by_tier[row["tier"]] += row["usd"] or Decimal("0")
+        by_outcome[row["outcome"]] += row["n"]
+    cost = sum(cost_by_purpose.values(), Decimal("0"))
+    n_calls = sum(by_outcome.values())
+    upstream_ttft: dict[str, Any] = {}
+    for tier in sorted(cost_by_tier):
+        values = list(calls.filter(tier=tier, ttft_ms__isnull=False).order_by("-id")
+                      .values_list("ttft_ms", flat=True)[:MAX_SAMPLES])
+        upstream_ttft[tier] = {"p50": _ms(percentile(values, 50)), "p95": _ms(percentile(values, 95))}
+
+    exact = by_route.get("cache.exact", {}).get("n", 0)
+    semantic = by_route.get("cache.semantic", {}).get("n", 0)
+    remote = sum(r["n"] for route, r in by_route.items() if route.startswith("llm."))
+    waiting = dict(Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
+                   .values_list("status").annotate(n=Count("id")))
+    return {
+        "window": {"from": start.isoformat(), "to": end.isoformat(), "hours": hours},
+        "answers": {"total": total, "by_route": routes},
+        "shopper_messages": Message.objects.filter(role=Role.SHOPPER, created_at__gt=start, created_at__lte=end).count(),
+        "cost_usd": _usd(cost),
+        "saved_usd": _usd(saved),
+        "saved_share": float(saved / (cost + saved)) if cost + saved else None,
+        "cost_by_purpose": {k: _usd(v) for k, v in sorted(cost_by_purpose.items())},
+        "cost_by_tier": {k: _usd(v) for k, v in sorted(cost_by_tier.items())},
+        "cache": {"hits": exact + semantic, "exact": exact, "semantic": semantic, "remote_answers": remote,
+                  "hit_rate": (exact + semantic) / (exact + semantic + remote) if exact + semantic + remote else None},
+        "upstream": {"calls": n_calls, "by_outcome": dict(sorted(by_outcome.items())),
+                     "failure_rate": by_outcome.get("failed", 0) / n_calls if n_calls else None,
+                     "ttft_ms": upstream_ttft},
+        "handoffs": {"answers": by_route.get("handoff", {}).get("n", 0),
+                     "waiting_now": waiting.get(ConversationStatus.WAITING_AGENT, 0),
+                     "with_agent_now": waiting.get(ConversationStatus.AGENT, 0)},
+    }
+
+
+def totals() -> dict[str, Any]:
+    """All-time running totals for ``/metrics`` (Prometheus counters): answers by route,
+    upstream calls by tier / purpose / outcome with their USD, and USD saved by route; plus the
+    conversations waiting for / held by an agent now (gauges)."""
+    from chat.models import Conversation, ConversationStatus, Message, Role
+
+    from .models import UpstreamCall
+
+    answers = list(Message.objects.filter(role=Role.BOT).exclude(route="").values("route")
+                   .annotate(n=Count("id"), saved=Sum("saved_usd")).order_by("route"))
+    calls = list(UpstreamCall.objects.values("tier", "purpose", "outcome")
+                 .annotate(n=Count("id"), usd=Sum("cost_usd")).order_by("tier", "purpose", "outcome"))
+    status = dict(Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
+                  .values_list("status").annotate(n=Count("id")))
+    return {
+        "answers": [(r["route"], r["n"], _usd(r["saved"])) for r in answers],
+        "calls": [(r["tier"], r["purpose"], r["outcome"], r["n"], _usd(r["usd"])) for r in calls],
+        "waiting": status.get(ConversationStatus.WAITING_AGENT, 0),
+        "with_agent": status.get(ConversationStatus.AGENT, 0),
+    }

@@ -1,0 +1,125 @@
+"""Ops views (docs/ops.md): ``/ops/`` (page), ``/ops/api/summary`` (JSON), ``/metrics`` (Prometheus).
+
+``/ops/`` and its API are for staff users with the ``routing.view_costs`` permission ("Can see
+costs, savings and latency"; give it in the admin, directly or through a group). ``/metrics`` is
+for a Prometheus server: open unless ``KEFU_METRICS_TOKEN`` is set, then it needs
+``Authorization: Bearer <token>`` (put it behind the proxy's access rules either way).
+"""
+from __future__ import annotations
+
+import hmac
+from functools import wraps
+from typing import Any, Callable
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from . import ops
+
+PERMISSION = "routing.view_costs"
+WINDOWS = (1, 24, 24 * 7, 24 * 30)  # hours offered on the page
+OPS_CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
+
+
+def can_see_costs(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(PERMISSION))
+
+
+def _hours(request: HttpRequest) -> float:
+    """``?hours=`` (default 24), validated: ``ValueError`` with a message for the 400."""
+    raw = request.GET.get("hours", "24")
+    try:
+        hours = float(raw)
+    except ValueError:
+        raise ValueError(f"hours must be a number, got {raw!r}") from None
+    if not (0 < hours <= ops.MAX_HOURS):
+        raise ValueError(f"hours must be more than 0 and at most {ops.MAX_HOURS}, got {raw}")
+    return hours
+
+
+def _ops_only(api: bool) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapper(request: HttpRequest) -> HttpResponse:
+            if not request.user.is_authenticated:
+                if api:
+                    return JsonResponse({"error": "sign in as staff with the cost permission"}, status=401)
+                return redirect_to_login(request.get_full_path(), "/console/login/")
+            if not can_see_costs(request.user):
+                if api:
+                    return JsonResponse({"error": f"needs staff status and the {PERMISSION} permission"}, status=403)
+                return HttpResponse("Staff with the cost permission only.", status=403, content_type="text/plain")
+            try:
+                hours = _hours(request)
+            except ValueError as e:
+                if api:
+                    return JsonResponse({"error": str(e)}, status=400)
+                return HttpResponse(str(e), status=400, content_type="text/plain")
+            response = view(request, hours)
+            response["Cache-Control"] = "no-store"
+            return response
+
+        return wrapper
+
+    return decorate
+
+
+@_ops_only(api=True)
+def summary_api(request: HttpRequest, hours: float) -> HttpResponse:
+    """``GET /ops/api/summary?hours=24``: :func:`routing.ops.summary` as JSON."""
+    return JsonResponse(ops.summary(hours=hours))
+
+
+@_ops_only(api=False)
+def dashboard(request: HttpRequest, hours: float) -> HttpResponse:
+    """``GET /ops/?hours=24``: the same figures as the API, as a page (no script needed)."""
+    data = ops.summary(hours=hours)
+    routes = [{"route": k, **v} for k, v in data["answers"]["by_route"].items()]
+    response = render(request, "ops.html", {"s": data, "routes": routes, "hours": hours, "windows": WINDOWS,
+                                            "tiers": sorted(data["upstream"]["ttft_ms"].items())})
+    response["Content-Security-Policy"] = OPS_CSP
+    return response
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: Prometheus text format (``prometheus_client``), from the database so every
+    worker process reports the same totals: ``kefu_answers_total{route}``,
+    ``kefu_saved_usd_total{route}``, ``kefu_upstream_calls_total{tier,purpose,outcome}``,
+    ``kefu_upstream_cost_usd_total{tier,purpose,outcome}`` (counters) and
+    ``kefu_conversations{status}`` for ``waiting_agent`` / ``agent`` (gauge)."""
+    token = getattr(settings, "KEFU_METRICS_TOKEN", "")
+    if token:
+        sent = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            return HttpResponse("metrics need Authorization: Bearer <KEFU_METRICS_TOKEN>\n", status=401,
+                                content_type="text/plain")
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    class _Totals:
+        def collect(self) -> Any:
+            t = ops.totals()
+            answers = CounterMetricFamily("kefu_answers", "Bot answers stored, by route.", labels=["route"])
+            saved = CounterMetricFamily("kefu_saved_usd", "USD the tier that would have answered would have cost "
+                                        "(FAQ, cache and shared answers), by route.", labels=["route"])
+            for route, n, usd in t["answers"]:
+                answers.add_metric([route], n)
+                saved.add_metric([route], usd)
+            calls = CounterMetricFamily("kefu_upstream_calls", "Upstream attempts (cost ledger rows).",
+                                        labels=["tier", "purpose", "outcome"])
+            cost = CounterMetricFamily("kefu_upstream_cost_usd", "USD of upstream attempts at list prices.",
+                                       labels=["tier", "purpose", "outcome"])
+            for tier, purpose, outcome, n, usd in t["calls"]:
+                calls.add_metric([tier, purpose, outcome], n)
+                cost.add_metric([tier, purpose, outcome], usd)
+            conv = GaugeMetricFamily("kefu_conversations", "Conversations waiting for or held by an agent now.",
+                                     labels=["status"])
+            conv.add_metric(["waiting_agent"], t["waiting"])
+            conv.add_metric(["agent"], t["with_agent"])
+            yield from (answers, saved, calls, cost, conv)
+
+    registry = CollectorRegistry()
+    registry.register(_Totals())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,127 @@
+"""Ops figures (routing.ops) and their views: /ops/, /ops/api/summary, /metrics."""
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+from chat.models import Conversation, ConversationStatus, Message
+from routing import ops
+from routing.models import UpstreamCall
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def traffic() -> Conversation:
+    """One conversation: 2 FAQ answers, 1 exact and 1 semantic cache hit, 2 remote answers, a
+    handoff; 3 ledger rows (2 answers, 1 retried attempt) and a summary call; one old answer
+    outside a 1-hour window."""
+    conv = Conversation.objects.create(token_hash="0" * 64, status=ConversationStatus.WAITING_AGENT)
+    seq = iter(range(1, 100))
+
+    def bot(route: str, ttft: float, saved: str = "0", cost: str = "0") -> Message:
+        Message.objects.create(conversation=conv, seq=next(seq), role="shopper", text="q")
+        return Message.objects.create(conversation=conv, seq=next(seq), role="bot", text="a", route=route,
+                                      ttft_ms=ttft, saved_usd=Decimal(saved), cost_usd=Decimal(cost))
+
+    bot("faq", 10, saved="0.000100")
+    bot("faq", 30, saved="0.000100")
+    bot("cache.exact", 5, saved="0.000200")
+    bot("cache.semantic", 60, saved="0.000200")
+    bot("llm.simple", 250, cost="0.000300")
+    bot("llm.medium", 400, cost="0.001000")
+    bot("handoff", 20)
+    old = bot("faq", 999, saved="1.0")
+    Message.objects.filter(conversation=conv, seq__gte=old.seq - 1).update(created_at=timezone.now() - timedelta(hours=3))
+    for tier, outcome, usd, ttft, purpose in [("simple", "ok", "0.000300", 220.0, "answer"),
+                                              ("medium", "retried", "0", None, "answer"),
+                                              ("medium", "ok", "0.001000", 380.0, "answer"),
+                                              ("simple", "ok", "0.000050", 200.0, "summary")]:
+        UpstreamCall.objects.create(conversation=conv, tier=tier, model=f"m-{tier}", outcome=outcome, purpose=purpose,
+                                    cost_usd=Decimal(usd), ttft_ms=ttft, latency_ms=500)
+    return conv
+
+
+def test_summary_figures(traffic: Conversation) -> None:
+    s = ops.summary(hours=1)
+    assert s["answers"]["total"] == 7 and s["shopper_messages"] == 7
+    faq = s["answers"]["by_route"]["faq"]
+    assert faq["count"] == 2 and faq["share"] == pytest.approx(2 / 7) and faq["ttft_ms"] == {"p50": 10.0, "p95": 30.0}
+    assert s["cost_usd"] == pytest.approx(0.00135)
+    assert s["cost_by_purpose"] == {"answer": pytest.approx(0.0013), "summary": pytest.approx(0.00005)}
+    assert s["cost_by_tier"] == {"medium": pytest.approx(0.001), "simple": pytest.approx(0.00035)}
+    assert s["saved_usd"] == pytest.approx(0.0006)
+    assert s["saved_share"] == pytest.approx(0.0006 / (0.0006 + 0.00135))
+    assert s["cache"] == {"hits": 2, "exact": 1, "semantic": 1, "remote_answers": 2, "hit_rate": 0.5}
+    assert s["upstream"]["calls"] == 4 and s["upstream"]["by_outcome"] == {"ok": 3, "retried": 1}
+    assert s["upstream"]["failure_rate"] == 0.0
+    assert s["upstream"]["ttft_ms"]["simple"] == {"p50": 200.0, "p95": 220.0}
+    assert s["handoffs"] == {"answers": 1, "waiting_now": 1, "with_agent_now": 0}
+    # The 3-hour window takes the old answer in too.
+    assert ops.summary(hours=4)["answers"]["by_route"]["faq"]["count"] == 3
+
+
+def test_an_empty_window_has_no_rates() -> None:
+    s = ops.summary(hours=1)
+    assert s["answers"]["total"] == 0 and s["cost_usd"] == 0.0
+    assert s["saved_share"] is None and s["cache"]["hit_rate"] is None and s["upstream"]["failure_rate"] is None
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert ops.percentile([], 50) is None
+    assert ops.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert ops.percentile([float(i) for i in range(1, 101)], 95) == 95.0
+    with pytest.raises(ValueError, match="hours must be"):
+        ops.summary(hours=0)
+
+
+def user(name: str, *, staff: bool = True, perm: bool = True) -> User:
+    u = User.objects.create_user(name, password="pw", is_staff=staff)
+    if perm:
+        u.user_permissions.add(Permission.objects.get(codename="view_costs"))
+    return User.objects.get(pk=u.pk)
+
+
+def test_api_needs_staff_with_the_cost_permission(client: Any, traffic: Conversation) -> None:
+    r = client.get("/ops/api/summary")
+    assert r.status_code == 401 and "sign in" in r.json()["error"]
+    client.force_login(user("agent", perm=False))
+    assert client.get("/ops/api/summary").status_code == 403
+    client.force_login(user("customer", staff=False))
+    assert client.get("/ops/api/summary").status_code == 403
+    client.force_login(user("ops"))
+    r = client.get("/ops/api/summary?hours=1")
+    assert r.status_code == 200 and r.json()["cache"]["hit_rate"] == 0.5 and r.json()["window"]["hours"] == 1
+    for bad in ("abc", "0", "721", "-5"):
+        r = client.get(f"/ops/api/summary?hours={bad}")
+        assert r.status_code == 400 and "hours must be" in r.json()["error"]
+
+
+def test_dashboard_page(client: Any, traffic: Conversation) -> None:
+    r = client.get("/ops/")
+    assert r.status_code == 302 and r["Location"].startswith("/console/login/")
+    client.force_login(user("ops"))
+    r = client.get("/ops/?hours=1")
+    html = r.content.decode()
+    assert r.status_code == 200 and "script-src 'self'" in r["Content-Security-Policy"]
+    assert 'id="cost-usd">0.0014<' in html and 'id="cache-hit-rate">50%' in html
+    assert ">llm.medium</th><td>1</td>" in html
+
+
+def test_metrics_totals_and_token(client: Any, traffic: Conversation, settings: Any) -> None:
+    r = client.get("/metrics")
+    text = r.content.decode()
+    assert r.status_code == 200 and r["Content-Type"].startswith("text/plain")
+    assert 'kefu_answers_total{route="faq"} 3.0' in text
+    assert 'kefu_upstream_calls_total{outcome="retried",purpose="answer",tier="medium"} 1.0' in text
+    assert 'kefu_upstream_cost_usd_total{outcome="ok",purpose="summary",tier="simple"} 5e-05' in text
+    assert 'kefu_conversations{status="waiting_agent"} 1.0' in text
+    settings.KEFU_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200

@@ -152,6 +152,9 @@ class ShopperConsumer(_FrameSocket):
         except ValueError:
             await self._send(error_frame("invalid", "frame is not valid JSON"))
             return
+        except RecursionError:  # e.g. 100,000 nested arrays: the decoder's recursion limit
+            await self._send(error_frame("invalid", "frame is nested too deeply"))
+            return
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
             await self._send(error_frame("invalid", "a frame is a JSON object with a string 'type'"))
             return
@@ -356,7 +359,7 @@ class AgentConsumer(_FrameSocket):
             return  # refused at connect (4403); nothing is answered
         try:
             content = json.loads(text_data) if text_data is not None else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
             content = None
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
             await self._send(error_frame("invalid", "a frame is a JSON object with a string 'type'"))

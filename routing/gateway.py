@@ -136,6 +136,8 @@ def parse_request(body: bytes) -> GatewayRequest:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise bad("The body is not valid JSON.") from None
+    except RecursionError:  # e.g. 100,000 nested arrays: the decoder's recursion limit
+        raise bad("The body is nested too deeply.") from None
     if not isinstance(data, dict):
         raise bad("The body must be a JSON object.")
     model = data.get("model")
@@ -243,7 +245,9 @@ async def plan(req: GatewayRequest) -> Plan:
             return Plan(d, question=question, offer_to_cache=bool(c.cache_scope), grounded_on=grounded_on)
     tier = next((t for t in TIERS[TIERS.index(start):] if strategy.tier_configured(t)), None)
     if tier is None:
-        raise GatewayError(503, "No remote model is configured for this request.", type="server_error", code="no_model")
+        raise GatewayError(503, "No remote model is configured for this request: the FAQ does not answer it and "
+                                "no tier has an API key (set OPENAI_API_KEY, or KEFU_<TIER>_API_KEY).",
+                           type="server_error", code="no_model")
     return Plan(_remote(req, tier, req.messages, locale))
 
 

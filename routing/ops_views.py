@@ -77,7 +77,7 @@ def dashboard(request: HttpRequest, hours: float) -> HttpResponse:
     """``GET /ops/?hours=24``: the same figures as the API, as a page (no script needed)."""
     data = ops.summary(hours=hours)
     routes = [{"route": k, **v} for k, v in data["answers"]["by_route"].items()]
-    response = render(request, "ops.html", {"s": data, "routes": routes, "hours": hours, "windows": WINDOWS,
+    response = render(request, "ops.html", {"s": data, "routes": routes, "hours": hours, "hours_q": f"{hours:g}", "windows": WINDOWS,
                                             "tiers": sorted(data["upstream"]["ttft_ms"].items())})
     response["Content-Security-Policy"] = OPS_CSP
     return response

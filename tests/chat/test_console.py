@@ -473,6 +473,7 @@ async def test_bad_frames_get_errors_and_the_socket_stays_open(make_client, make
     alice = await make_agent("alice", "Alice")
     cases = [
         ("not json", "invalid"),
+        ("[" * 100_000 + "]" * 100_000, "invalid"),
         ('{"type": "fly"}', "invalid"),
         ('{"type": "open"}', "invalid"),
         ('{"type": "open", "conversation": "00000000-0000-0000-0000-000000000000"}', "not_found"),

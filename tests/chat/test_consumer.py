@@ -95,6 +95,7 @@ async def test_resend_of_client_id_is_acknowledged_again_not_answered_twice(make
         ('{"type": "message", "client_id": "a", "text": "' + "x" * 2001 + '"}', "too_long"),
         ('{"type": "nonsense"}', "invalid"),
         ('["a list"]', "invalid"),
+        ("[" * 100_000 + "]" * 100_000, "invalid"),  # deeper than the JSON decoder goes: no 1011 close
     ],
 )
 async def test_bad_frames_get_error_and_connection_stays_usable(make_client, faq, frame, code):

@@ -73,6 +73,7 @@ async def test_get_is_405(key):
 @pytest.mark.parametrize(("body", "param"), [
     (b"{not json", None),
     (b"[1, 2]", None),
+    (b"[" * 100_000 + b"]" * 100_000, None),  # deeper than the JSON decoder goes: a 400, not a 500
     ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
     ({"model": "kefu", "messages": []}, "messages"),
     ({"model": "kefu", "messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),

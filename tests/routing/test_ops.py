@@ -111,6 +111,7 @@ def test_dashboard_page(client: Any, traffic: Conversation) -> None:
     assert r.status_code == 200 and "script-src 'self'" in r["Content-Security-Policy"]
     assert 'id="cost-usd">0.0014<' in html and 'id="cache-hit-rate">50%' in html
     assert ">llm.medium</th><td>1</td>" in html
+    assert '<strong aria-current="page">1 h</strong>' in html and 'href="/ops/api/summary?hours=1"' in html
 
 
 def test_metrics_totals_and_token(client: Any, traffic: Conversation, settings: Any) -> None:

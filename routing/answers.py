@@ -71,10 +71,11 @@ def fill_placeholders(text: str) -> str:
 
 def handoff_text(locale: str, *, remote_failed: bool = False) -> str:
     if locale == "zh":
-        return "这个问题我需要请同事来帮您处理。我已经为您转接人工客服，请稍候，客服会在这里回复您。"
+        return "这个问题我需要请同事来帮您处理。我已经为您转接人工客服，客服一有空就会在这里回复您。"
+    # True whether or not an agent is online right now (when none is, a notice says so next).
     return (
-        "I'd like a member of our team to help you with this. I've passed your conversation to a "
-        "person, who will reply here shortly."
+        "I'd like a member of our team to help you with this. I've passed your conversation to our "
+        "team, and a person will reply here as soon as one is available."
     )
 
 

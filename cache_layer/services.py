@@ -5,8 +5,8 @@ so they survive a restart and every worker sees them. Each process keeps an in-m
 scope (the scope's ids, questions and a ``(n, dim)`` float32 matrix) for the semantic search: an
 exact dot-product search with numpy, plus the exact keys of its rows. Change detection is one
 indexed aggregate (count and max id of the scope), run at most every ``KEFU_CACHE_INDEX_REFRESH_MS``
-per scope and at the next lookup after this process stored or deleted an entry; so an entry stored
-by another worker is seen within that interval (until then it is a miss: a model call, never a
+per scope (this process's own stores are appended to its index at commit, and its deletions drop
+the index, so they need no check); so an entry stored by another worker is seen within that interval (until then it is a miss: a model call, never a
 wrong answer). A stale index never serves a deleted or expired entry: every candidate it offers is
 confirmed against its row (``expires_at`` included) before it is served. The exact lookup first
 asks the exact store (:mod:`cache_layer.exact_store`: Redis when ``REDIS_URL`` is set, else local
@@ -151,12 +151,12 @@ class _ScopeIndex:
     the first ``n`` rows, which appends never touch (they write past ``n`` and publish a new
     ``n`` only after the row is complete)."""
 
-    def __init__(self, *, stamp: tuple[int, int], checked_at: float, dim: int = 0, capacity: int = 0) -> None:
+    def __init__(self, *, stamp: tuple[int, int], checked_at: float) -> None:
         self.stamp = stamp
         self.checked_at = checked_at
-        self.dim = dim
-        self._vecs = np.zeros((capacity, dim), dtype=np.float32)
-        self._ids = np.zeros(capacity, dtype=np.int64)
+        self.dim = 0  # set by the first row added
+        self._vecs = np.zeros((0, 0), dtype=np.float32)
+        self._ids = np.zeros(0, dtype=np.int64)
         self.questions: list[str] = []
         self.keys: dict[str, int] = {}
         self.n = 0
@@ -215,7 +215,7 @@ _INDEX_COLUMNS = ("id", "question", "embedding", "key_hash")
 
 def _scope_index(scope: str) -> _ScopeIndex:
     """The scope's index, brought up to date with the database when it was last checked more than
-    ``KEFU_CACHE_INDEX_REFRESH_MS`` ago (or this process deleted from the scope since): entries
+    ``KEFU_CACHE_INDEX_REFRESH_MS`` ago (a deletion by this process dropped it: it is loaded): entries
     added since it was loaded are appended (one query for the new rows only, so a store does not
     cost the next lookup a reload of the whole scope); after a deletion the scope is reloaded."""
     now = time.monotonic()

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import sklearn
 
 if TYPE_CHECKING:  # the Protocol only; importing the module at run time is cheap but not needed
     from cache_layer.embeddings import Embedder
@@ -554,6 +553,8 @@ class FaqModel:
         if len(self._w_emb):
             z = (1 - _LEXICAL_WEIGHT) * _log_softmax(q @ self._w_emb.T + self._b_emb)
             # scikit-learn's input checks cost ~1-2 ms a call; the input is our own normalised text.
+            import sklearn  # loaded with the model already; not at this module's import
+
             with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
                 x_lex = self._vectorizer.transform([norm[i] for i in todo])  # type: ignore[attr-defined]
             z += _LEXICAL_WEIGHT * _log_softmax(np.asarray(x_lex @ self._w_lex.T) + self._b_lex)

@@ -54,6 +54,15 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
+def _agent_queue_now() -> tuple[int, int]:
+    """Conversations waiting for an agent and held by one, now: ``(waiting, with_agent)``."""
+    from chat.models import Conversation, ConversationStatus
+
+    counts = dict(Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
+                  .values_list("status").annotate(n=Count("id")))
+    return counts.get(ConversationStatus.WAITING_AGENT, 0), counts.get(ConversationStatus.AGENT, 0)
+
+
 def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]:
     """Figures for the last ``hours`` (0 < hours <= :data:`MAX_HOURS`), as a JSON-ready dict::
 
@@ -69,7 +78,7 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
     Shares and rates are fractions in [0, 1] (``None`` when their denominator is 0); USD floats
     rounded to 6 places; milliseconds to 0.1. Raises ``ValueError`` for a window out of range.
     """
-    from chat.models import Conversation, ConversationStatus, Message, Role
+    from chat.models import Message, Role
 
     from .models import UpstreamCall
 
@@ -108,8 +117,7 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
     exact = by_route.get("cache.exact", {}).get("n", 0)
     semantic = by_route.get("cache.semantic", {}).get("n", 0)
     remote = sum(r["n"] for route, r in by_route.items() if route.startswith("llm."))
-    waiting = dict(Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
-                   .values_list("status").annotate(n=Count("id")))
+    waiting, with_agent = _agent_queue_now()
     return {
         "window": {"from": start.isoformat(), "to": end.isoformat(), "hours": hours},
         "answers": {"total": total, "by_route": routes},
@@ -125,8 +133,7 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
                      "failure_rate": by_outcome.get("failed", 0) / n_calls if n_calls else None,
                      "ttft_ms": upstream_ttft},
         "handoffs": {"answers": by_route.get("handoff", {}).get("n", 0),
-                     "waiting_now": waiting.get(ConversationStatus.WAITING_AGENT, 0),
-                     "with_agent_now": waiting.get(ConversationStatus.AGENT, 0)},
+                     "waiting_now": waiting, "with_agent_now": with_agent},
     }
 
 
@@ -134,7 +141,7 @@ def totals() -> dict[str, Any]:
     """All-time running totals for ``/metrics`` (Prometheus counters): answers by route,
     upstream calls by tier / purpose / outcome with their USD, and USD saved by route; plus the
     conversations waiting for / held by an agent now (gauges)."""
-    from chat.models import Conversation, ConversationStatus, Message, Role
+    from chat.models import Message, Role
 
     from .models import UpstreamCall
 
@@ -142,11 +149,10 @@ def totals() -> dict[str, Any]:
                    .annotate(n=Count("id"), saved=Sum("saved_usd")).order_by("route"))
     calls = list(UpstreamCall.objects.values("tier", "purpose", "outcome")
                  .annotate(n=Count("id"), usd=Sum("cost_usd")).order_by("tier", "purpose", "outcome"))
-    status = dict(Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
-                  .values_list("status").annotate(n=Count("id")))
+    waiting, with_agent = _agent_queue_now()
     return {
         "answers": [(r["route"], r["n"], _usd(r["saved"])) for r in answers],
         "calls": [(r["tier"], r["purpose"], r["outcome"], r["n"], _usd(r["usd"])) for r in calls],
-        "waiting": status.get(ConversationStatus.WAITING_AGENT, 0),
-        "with_agent": status.get(ConversationStatus.AGENT, 0),
+        "waiting": waiting,
+        "with_agent": with_agent,
     }

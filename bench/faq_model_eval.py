@@ -24,6 +24,7 @@ and with other background-class weights.
 
 No Django needed. Data rows are read from ``--shared`` at run time and never written anywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,9 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -46,7 +47,15 @@ from routing import faq_model  # noqa: E402
 from routing.faq_model import FaqMatch, FaqModel, FaqTrainingEntry  # noqa: E402
 
 # CLINC150 intents that can be genuine store questions (data README): not counted as out of scope.
-CLINC_STORE_LIKE = {"order", "order_status", "shopping_list", "shopping_list_update", "card_declined", "redeem_rewards", "rewards_balance"}
+CLINC_STORE_LIKE = {
+    "order",
+    "order_status",
+    "shopping_list",
+    "shopping_list_update",
+    "card_declined",
+    "redeem_rewards",
+    "rewards_balance",
+}
 # Tuning rules for the defaults (docs/faq-model.md): see choose_defaults().
 TARGET_PRECISION = 0.97
 MAX_FLOOR_COVERAGE_LOSS = 0.005
@@ -102,7 +111,8 @@ def load(shared: Path) -> Sets:
     d = shared / "data"
     seed_rows = [json.loads(line) for line in (d / "bitext/faq_seed.jsonl").open(encoding="utf-8")]
     seed = [
-        FaqTrainingEntry(i + 1, r["intent"], "en", tuple([r["question"], *r["variants"]])) for i, r in enumerate(seed_rows)
+        FaqTrainingEntry(i + 1, r["intent"], "en", tuple([r["question"], *r["variants"]]))
+        for i, r in enumerate(seed_rows)
     ]
     check_rows = [json.loads(line) for line in (d / "bitext/faq_eval_public.jsonl").open(encoding="utf-8")]
     in_seed = {p for e in seed for p in e.phrasings}
@@ -312,7 +322,9 @@ def ablation(sets: Sets, emb: CachingEmbedder, mc: float, ms: float) -> None:
         ("no entity masking (lowercase only)", {}, {"normalise_text": lower_only}),
     ]
     print("\n## Ablation on the tuning sets (same thresholds)")
-    print("| variant | top-1 right | coverage | precision | CLINC oos accepted | 3-entry FAQs: other intents answered |")
+    print(
+        "| variant | top-1 right | coverage | precision | CLINC oos accepted | 3-entry FAQs: other intents answered |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name, kw, patch in variants:
         saved = {k: getattr(faq_model, k) for k in patch}
@@ -359,7 +371,9 @@ def background_weights(sets: Sets, emb: object, mc: float, ms: float) -> None:
     texts = [t for t, _ in sets.tune_in]
     saved = faq_model._BACKGROUND_WEIGHT
     print("\n## Background class weight (tuning rows; 'other' = messages of intents not in the FAQ that got an answer)")
-    print("| weight | 3 entries x 5: coverage / other | 8 entries x 5: coverage / other | 27 x 12: coverage / precision |")
+    print(
+        "| weight | 3 entries x 5: coverage / other | 8 entries x 5: coverage / other | 27 x 12: coverage / precision |"
+    )
     print("|---:|---:|---:|---:|")
     try:
         for w in (1.0, 2.0, 3.0):
@@ -369,7 +383,10 @@ def background_weights(sets: Sets, emb: object, mc: float, ms: float) -> None:
                 rng = random.Random(5)
                 rows = []
                 for _ in range(6):
-                    chosen = [FaqTrainingEntry(e.entry_id, e.intent, e.locale, e.phrasings[:5]) for e in rng.sample(sets.seed, n)]
+                    chosen = [
+                        FaqTrainingEntry(e.entry_id, e.intent, e.locale, e.phrasings[:5])
+                        for e in rng.sample(sets.seed, n)
+                    ]
                     intents = {e.intent for e in chosen}
                     s = score_all(train_open(chosen, emb), texts)
                     acc = s.accepted(mc, ms)
@@ -405,7 +422,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--fit-calibration", action="store_true", help="print Platt constants fitted on the tuning rows")
     ap.add_argument("--ablation", action="store_true", help="also measure the model without each component")
     ap.add_argument("--no-latency", action="store_true", help="skip the timing section")
-    ap.add_argument("--cache", type=Path, default=None, help="an .npz file to keep embeddings between runs (speed only)")
+    ap.add_argument(
+        "--cache", type=Path, default=None, help="an .npz file to keep embeddings between runs (speed only)"
+    )
     args = ap.parse_args(argv)
 
     sets = load(args.shared)

@@ -36,6 +36,7 @@ upstream share the machine's cores: this is a per-message overhead, not a capaci
 
 Data rows are read from ``--shared`` at run time and never written anywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,9 +54,10 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from websockets.asyncio.client import connect
@@ -83,14 +85,22 @@ ANSWER = (
 #: Warm-up messages (not counted), written for this benchmark: product questions the Bitext FAQ
 #: does not answer, so the first remote calls (and the tier classifier's training) happen here.
 WARMUP = (
-    "Does the walnut side table come in a darker stain?", "Is the linen duvet cover available in king size?",
-    "Can the garden bench stay outside in winter?", "Does the rice cooker have a keep-warm setting?",
-    "Is the wool rug suitable for underfloor heating?", "Does the desk lamp work with a smart plug?",
-    "Are the hiking socks made of merino wool?", "Is the glass teapot safe on a gas hob?",
-    "Does the baby carrier fit a newborn?", "Can the bookshelf be used as a room divider?",
+    "Does the walnut side table come in a darker stain?",
+    "Is the linen duvet cover available in king size?",
+    "Can the garden bench stay outside in winter?",
+    "Does the rice cooker have a keep-warm setting?",
+    "Is the wool rug suitable for underfloor heating?",
+    "Does the desk lamp work with a smart plug?",
+    "Are the hiking socks made of merino wool?",
+    "Is the glass teapot safe on a gas hob?",
+    "Does the baby carrier fit a newborn?",
+    "Can the bookshelf be used as a room divider?",
 )
-SHOPPING = re.compile(r"\b(order|buy|bought|deliver|delivery|shipping|ship|refund|return|amazon|price|discount|"
-                      r"coupon|purchase|online shopping|flipkart|ebay|product|payment)\b", re.IGNORECASE)
+SHOPPING = re.compile(
+    r"\b(order|buy|bought|deliver|delivery|shipping|ship|refund|return|amazon|price|discount|"
+    r"coupon|purchase|online shopping|flipkart|ebay|product|payment)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -138,9 +148,11 @@ def load_items(shared: Path, n: int) -> list[Item]:
     k_ev, k_rest, k_oos = round(n * 0.40), round(n * 0.25), round(n * 0.15)
     k_rep = round(n * 0.10)
     k_pairs = max(0, (n - k_ev - k_rest - k_oos - k_rep) // 2)
-    firsts = ([Item("bitext_eval", t) for t in rng.sample(ev, min(k_ev, len(ev)))]
-              + [Item("bitext_other", t) for t in rng.sample(rest, k_rest)]
-              + [Item("clinc_oos", str(q)) for q, _ in rng.sample(clinc["oos_test"], k_oos)])
+    firsts = (
+        [Item("bitext_eval", t) for t in rng.sample(ev, min(k_ev, len(ev)))]
+        + [Item("bitext_other", t) for t in rng.sample(rest, k_rest)]
+        + [Item("clinc_oos", str(q)) for q, _ in rng.sample(clinc["oos_test"], k_oos)]
+    )
     chosen_pairs = rng.sample(pairs, min(k_pairs, len(pairs)))
     firsts += [Item("qqp_first", a) for a, _ in chosen_pairs]
     rng.shuffle(firsts)
@@ -159,20 +171,32 @@ async def ask_kefu(port: int, out: Outcome) -> None:
     """One message on a new socket (hello, message, frames until ``stream.end``; after a handoff
     until its ``status`` frame)."""
     try:
-        async with connect(f"ws://127.0.0.1:{port}/ws/chat/", origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-                           proxy=None, open_timeout=10, close_timeout=5) as ws:
+        async with connect(
+            f"ws://127.0.0.1:{port}/ws/chat/",
+            origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+            proxy=None,
+            open_timeout=10,
+            close_timeout=5,
+        ) as ws:
             await ws.send(json.dumps({"type": "hello"}))
             await asyncio.wait_for(ws.recv(), QUESTION_TIMEOUT_S)
             t0 = time.perf_counter()
-            await ws.send(json.dumps({"type": "message", "client_id": str(uuid.uuid4()), "text": out.item.text},
-                                     ensure_ascii=False))
+            await ws.send(
+                json.dumps(
+                    {"type": "message", "client_id": str(uuid.uuid4()), "text": out.item.text}, ensure_ascii=False
+                )
+            )
             while True:
                 f = json.loads(await asyncio.wait_for(ws.recv(), QUESTION_TIMEOUT_S))
                 kind = f.get("type")
                 if kind == "stream.delta" and out.first_delta_ms is None:
                     out.first_delta_ms = (time.perf_counter() - t0) * 1000
                 elif kind == "stream.end":
-                    out.route, out.model, out.usage = str(f.get("route")), str(f.get("model") or ""), f.get("usage") or {}
+                    out.route, out.model, out.usage = (
+                        str(f.get("route")),
+                        str(f.get("model") or ""),
+                        f.get("usage") or {},
+                    )
                     if out.route != "handoff":
                         return
                 elif kind == "status" and out.route == "handoff":
@@ -180,7 +204,7 @@ async def ask_kefu(port: int, out: Outcome) -> None:
                 elif kind == "error" and out.route == "timeout":
                     out.route = f"error:{f.get('code')}"
                     return
-    except (asyncio.TimeoutError, TimeoutError):
+    except TimeoutError:
         pass
     except (ConnectionClosed, OSError, WebSocketException, ValueError) as e:
         out.route = f"exception:{type(e).__name__}"
@@ -189,8 +213,9 @@ async def ask_kefu(port: int, out: Outcome) -> None:
 async def ask_direct(client: Any, text: str) -> float | None:
     """Time to the first content chunk (ms) of the same question sent straight to the upstream."""
     t0 = time.perf_counter()
-    stream = await client.chat.completions.create(model="fake-simple", messages=[{"role": "user", "content": text}],
-                                                  stream=True)
+    stream = await client.chat.completions.create(
+        model="fake-simple", messages=[{"role": "user", "content": text}], stream=True
+    )
     first = None
     async for chunk in stream:
         if first is None and chunk.choices and chunk.choices[0].delta.content:
@@ -229,8 +254,12 @@ def report(outcomes: Sequence[Outcome], warmup: int, args: argparse.Namespace, w
     counted = list(outcomes[warmup:])
     n = len(counted)
     routes = Counter(o.route for o in counted)
-    lines = [f"**Routes** ({n} messages after {warmup} warm-up; {wall_s:.0f} s):", "",
-             "| route | messages | share |", "|---|---:|---:|"]
+    lines = [
+        f"**Routes** ({n} messages after {warmup} warm-up; {wall_s:.0f} s):",
+        "",
+        "| route | messages | share |",
+        "|---|---:|---:|",
+    ]
     for r, c in sorted(routes.items(), key=lambda rc: -rc[1]):
         lines.append(f"| `{r}` | {c} | {c / n:.1%} |")
     by_set: dict[str, Counter[str]] = {}
@@ -249,27 +278,39 @@ def report(outcomes: Sequence[Outcome], warmup: int, args: argparse.Namespace, w
     mean_p = float(np.mean(prompt)) if prompt else 0.0
     mean_c = float(np.mean(completion)) if completion else 0.0
     every_complex = same_complex + (n - len(remote)) * usd("complex", mean_p, mean_c)
-    lines += ["", "**Cost** (USD; list prices, tokens as the test server counts them: "
-              f"mean {mean_p:.0f} prompt / {mean_c:.0f} completion per remote call):", "",
-              "| | USD | kefu as a share |", "|---|---:|---:|",
-              f"| kefu (sum of `cost_usd`) | {cost:.6f} | — |",
-              f"| saved by FAQ and cache answers (`saved_usd`) | {saved:.6f} | — |",
-              f"| the same {len(remote)} remote calls, all at `complex` | {same_complex:.6f} | {cost / same_complex:.1%} |"
-              if same_complex else "| the same remote calls, all at `complex` | 0 | — |",
-              f"| every message at `complex` | {every_complex:.6f} | {cost / every_complex:.1%} |"
-              if every_complex else "| every message at `complex` | 0 | — |"]
+    lines += [
+        "",
+        "**Cost** (USD; list prices, tokens as the test server counts them: "
+        f"mean {mean_p:.0f} prompt / {mean_c:.0f} completion per remote call):",
+        "",
+        "| | USD | kefu as a share |",
+        "|---|---:|---:|",
+        f"| kefu (sum of `cost_usd`) | {cost:.6f} | — |",
+        f"| saved by FAQ and cache answers (`saved_usd`) | {saved:.6f} | — |",
+        f"| the same {len(remote)} remote calls, all at `complex` | {same_complex:.6f} | {cost / same_complex:.1%} |"
+        if same_complex
+        else "| the same remote calls, all at `complex` | 0 | — |",
+        f"| every message at `complex` | {every_complex:.6f} | {cost / every_complex:.1%} |"
+        if every_complex
+        else "| every message at `complex` | 0 | — |",
+    ]
 
     kefu = [o.first_delta_ms for o in remote if o.first_delta_ms is not None]
     direct = [o.direct_ms for o in counted if o.direct_ms is not None]
     if kefu and direct:
         k50, k99 = np.percentile(kefu, [50, 99])
         d50, d99 = np.percentile(direct, [50, 99])
-        lines += ["", f"**Time to first token** (upstream first token after {args.ttft_ms:.0f} ms; kefu: its "
-                  f"{len(kefu)} `llm.*` answers; direct: the `openai` SDK, every message, interleaved):", "",
-                  "| | p50 ms | p99 ms |", "|---|---:|---:|",
-                  f"| kefu over `/ws/chat/` | {k50:.1f} | {k99:.1f} |",
-                  f"| `openai` SDK straight to the upstream | {d50:.1f} | {d99:.1f} |",
-                  f"| **added by kefu** | **{k50 - d50:+.1f}** | **{k99 - d99:+.1f}** |"]
+        lines += [
+            "",
+            f"**Time to first token** (upstream first token after {args.ttft_ms:.0f} ms; kefu: its "
+            f"{len(kefu)} `llm.*` answers; direct: the `openai` SDK, every message, interleaved):",
+            "",
+            "| | p50 ms | p99 ms |",
+            "|---|---:|---:|",
+            f"| kefu over `/ws/chat/` | {k50:.1f} | {k99:.1f} |",
+            f"| `openai` SDK straight to the upstream | {d50:.1f} | {d99:.1f} |",
+            f"| **added by kefu** | **{k50 - d50:+.1f}** | **{k99 - d99:+.1f}** |",
+        ]
     return "\n".join(lines)
 
 
@@ -288,15 +329,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     uport = free_port()
     py = sys.executable
     upstream = subprocess.Popen(
-        [py, str(ROOT / "tests" / "fake_openai.py"), "--port", str(uport), "--ttft-ms", str(args.ttft_ms),
-         "--token-ms", str(args.token_ms), "--text", ANSWER],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            py,
+            str(ROOT / "tests" / "fake_openai.py"),
+            "--port",
+            str(uport),
+            "--ttft-ms",
+            str(args.ttft_ms),
+            "--token-ms",
+            str(args.token_ms),
+            "--text",
+            ANSWER,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
-    server = Server(port=args.port or free_port(), seed_path=args.shared / "data" / "bitext" / "faq_seed.jsonl", python=py)
+    server = Server(
+        port=args.port or free_port(), seed_path=args.shared / "data" / "bitext" / "faq_seed.jsonl", python=py
+    )
     base_url = f"http://127.0.0.1:{uport}/v1"
     server.env.update(
-        OPENAI_BASE_URL=base_url, OPENAI_API_KEY="bench-key",
-        KEFU_SIMPLE_MODEL="fake-simple", KEFU_MEDIUM_MODEL="fake-medium", KEFU_COMPLEX_MODEL="fake-complex",
+        OPENAI_BASE_URL=base_url,
+        OPENAI_API_KEY="bench-key",
+        KEFU_SIMPLE_MODEL="fake-simple",
+        KEFU_MEDIUM_MODEL="fake-medium",
+        KEFU_COMPLEX_MODEL="fake-complex",
         KEFU_MAX_SOCKETS_PER_IP=str(max(16, 2 * args.concurrency)),
     )
     try:
@@ -317,8 +376,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         upstream.wait(timeout=10)
     cmd = " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/replay.py", *(argv or sys.argv[1:])])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# Replay through the tiered router\n\n`{cmd}` — {dt.datetime.now():%Y-%m-%d %H:%M}, "
-          f"{os.cpu_count()} CPUs, load {load:.1f}, concurrency {args.concurrency}\n")
+    print(
+        f"# Replay through the tiered router\n\n`{cmd}` — {dt.datetime.now():%Y-%m-%d %H:%M}, "
+        f"{os.cpu_count()} CPUs, load {load:.1f}, concurrency {args.concurrency}\n"
+    )
     print(report(outcomes, args.warmup, args, wall))
 
 

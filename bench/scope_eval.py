@@ -29,6 +29,7 @@ the false-decline rate is <= 0.5% on Bitext and on product questions and <= 2% o
 detector must be conservative), plus a safety margin (see ``SAFETY_MARGIN``). The FAQ can only
 lower P(out of scope), so B is at least as conservative. The test columns are the final figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,9 +40,9 @@ import random
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -63,8 +64,13 @@ SAFETY_MARGIN = 0.05
 # CLINC150 intents a shopper may really ask a store (order status, a declined card, rewards...):
 # neither counted as out of scope nor as in scope, reported for information.
 CLINC_STOREISH = {
-    "order", "order_status", "shopping_list", "shopping_list_update",
-    "card_declined", "redeem_rewards", "rewards_balance",
+    "order",
+    "order_status",
+    "shopping_list",
+    "shopping_list_update",
+    "card_declined",
+    "redeem_rewards",
+    "rewards_balance",
 }
 CLINC_OFF_DOMAINS = ("travel", "auto_and_commute", "utility", "work", "kitchen_and_dining", "home")
 CLINC_BANK_DOMAINS = ("banking", "credit_cards")
@@ -72,11 +78,20 @@ CLINC_CHAT_DOMAINS = ("small_talk", "meta")
 
 # BANKING77 intents that a store also gets about its own checkout (refunds, card payments).
 BANKING_STORE_INTENTS = (
-    "request_refund", "Refund_not_showing_up", "declined_card_payment",
-    "card_payment_not_recognised", "transaction_charged_twice", "pending_card_payment",
-    "extra_charge_on_statement", "card_payment_fee_charged", "reverted_card_payment?",
-    "card_payment_wrong_exchange_rate", "apple_pay_or_google_pay", "card_acceptance",
-    "supported_cards_and_currencies", "visa_or_mastercard",
+    "request_refund",
+    "Refund_not_showing_up",
+    "declined_card_payment",
+    "card_payment_not_recognised",
+    "transaction_charged_twice",
+    "pending_card_payment",
+    "extra_charge_on_statement",
+    "card_payment_fee_charged",
+    "reverted_card_payment?",
+    "card_payment_wrong_exchange_rate",
+    "apple_pay_or_google_pay",
+    "card_acceptance",
+    "supported_cards_and_currencies",
+    "visa_or_mastercard",
 )
 
 
@@ -95,6 +110,7 @@ class EvalSet:
 
 
 # --- Loaders ------------------------------------------------------------------------------------
+
 
 def _clinc(data_dir: Path) -> list[EvalSet]:
     full = json.loads((data_dir / "clinc150" / "data_full_public.json").read_text(encoding="utf-8"))
@@ -121,8 +137,11 @@ def _clinc(data_dir: Path) -> list[EvalSet]:
 
 
 def _smp(data_dir: Path) -> list[EvalSet]:
-    rows = [json.loads(line) for line in
-            (data_dir / "smp_ecdt" / "smp2017_task1_public.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (data_dir / "smp_ecdt" / "smp2017_task1_public.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     out: list[EvalSet] = []
     for split, src in (("val", "train"), ("test", "develop")):
         mine = [r for r in rows if r["split"] == src]
@@ -134,8 +153,10 @@ def _smp(data_dir: Path) -> list[EvalSet]:
 def _bitext(data_dir: Path) -> list[EvalSet]:
     with open(data_dir / "bitext" / "bitext_customer_support_public.csv", encoding="utf-8", newline="") as f:
         texts = [r["instruction"] for r in csv.DictReader(f)]
-    return [EvalSet("Bitext (all intents)", "val", "ins", texts[0::2]),
-            EvalSet("Bitext (all intents)", "test", "ins", texts[1::2])]
+    return [
+        EvalSet("Bitext (all intents)", "val", "ins", texts[0::2]),
+        EvalSet("Bitext (all intents)", "test", "ins", texts[1::2]),
+    ]
 
 
 def _banking(data_dir: Path) -> list[EvalSet]:
@@ -158,8 +179,11 @@ def ecd_natural(text: str) -> str:
 
 
 def _ecd(data_dir: Path) -> list[EvalSet]:
-    rows = [json.loads(line) for line in
-            (data_dir / "ecd_taobao" / "ecd_sample_public.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (data_dir / "ecd_taobao" / "ecd_sample_public.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     out: list[EvalSet] = []
     for split, src in (("val", "valid"), ("test", "test")):
         # Contexts alternate customer/agent and start with the customer: even turns are hers.
@@ -171,11 +195,42 @@ def _ecd(data_dir: Path) -> list[EvalSet]:
 # Product templates: items differ between val and test, so the threshold is not tuned on the
 # very items it is tested on. Many product kinds on purpose: stores differ.
 _ITEMS_EN = {
-    "val": ["lamp", "sofa", "kettle", "rain jacket", "running shoe", "phone case", "rug", "backpack",
-            "desk chair", "blender", "dress", "watch", "tent", "vase", "mattress", "headphones"],
-    "test": ["table lamp", "armchair", "toaster", "winter coat", "hiking boot", "laptop sleeve",
-             "cushion", "suitcase", "bookshelf", "coffee machine", "shirt", "bracelet",
-             "sleeping bag", "teapot", "duvet", "speaker"],
+    "val": [
+        "lamp",
+        "sofa",
+        "kettle",
+        "rain jacket",
+        "running shoe",
+        "phone case",
+        "rug",
+        "backpack",
+        "desk chair",
+        "blender",
+        "dress",
+        "watch",
+        "tent",
+        "vase",
+        "mattress",
+        "headphones",
+    ],
+    "test": [
+        "table lamp",
+        "armchair",
+        "toaster",
+        "winter coat",
+        "hiking boot",
+        "laptop sleeve",
+        "cushion",
+        "suitcase",
+        "bookshelf",
+        "coffee machine",
+        "shirt",
+        "bracelet",
+        "sleeping bag",
+        "teapot",
+        "duvet",
+        "speaker",
+    ],
 }
 _ITEMS_ZH = {
     "val": ["台灯", "沙发", "电水壶", "冲锋衣", "跑鞋", "手机壳", "地毯", "双肩包"],
@@ -213,12 +268,17 @@ def product_questions(split: str, locale: str, n: int, rng_seed: int = 7) -> lis
     """``n`` templated product questions (items x model numbers x attributes), deterministic."""
     rng = random.Random(f"{rng_seed}-{split}-{locale}")
     items, templates, adjs, colours = (
-        (_ITEMS_EN[split], _TEMPLATES_EN, _ADJ_EN, _COLOUR_EN) if locale == "en"
-        else (_ITEMS_ZH[split], _TEMPLATES_ZH, _ADJ_ZH, _COLOUR_ZH))
+        (_ITEMS_EN[split], _TEMPLATES_EN, _ADJ_EN, _COLOUR_EN)
+        if locale == "en"
+        else (_ITEMS_ZH[split], _TEMPLATES_ZH, _ADJ_ZH, _COLOUR_ZH)
+    )
     out: list[str] = []
     for _ in range(n):
-        out.append(rng.choice(templates).format(
-            item=rng.choice(items), n=rng.randint(100, 99999), adj=rng.choice(adjs), colour=rng.choice(colours)))
+        out.append(
+            rng.choice(templates).format(
+                item=rng.choice(items), n=rng.randint(100, 99999), adj=rng.choice(adjs), colour=rng.choice(colours)
+            )
+        )
     return out
 
 
@@ -228,8 +288,11 @@ PRODUCT_QUESTIONS = 1000
 
 
 def _products() -> list[EvalSet]:
-    return [EvalSet(f"Product questions {loc}", split, "ins", product_questions(split, loc, PRODUCT_QUESTIONS))
-            for split in ("val", "test") for loc in ("en", "zh")]
+    return [
+        EvalSet(f"Product questions {loc}", split, "ins", product_questions(split, loc, PRODUCT_QUESTIONS))
+        for split in ("val", "test")
+        for loc in ("en", "zh")
+    ]
 
 
 def load_sets(data_dir: Path) -> list[EvalSet]:
@@ -238,6 +301,7 @@ def load_sets(data_dir: Path) -> list[EvalSet]:
 
 
 # --- Embedding with an optional on-disk cache (the bench embeds ~19,000 texts). --------------------
+
 
 def embed_all(embedder: object, texts: Sequence[str], cache: Path | None) -> dict[str, np.ndarray]:
     """Embeddings of the unique ``texts``, read from / written to ``cache`` (an ``.npz`` keyed by
@@ -251,7 +315,7 @@ def embed_all(embedder: object, texts: Sequence[str], cache: Path | None) -> dic
     unique = list(dict.fromkeys(texts))
     todo = [t for t in unique if key(t) not in known]
     for i in range(0, len(todo), 64):
-        batch = todo[i:i + 64]
+        batch = todo[i : i + 64]
         for t, v in zip(batch, embedder.embed(batch)):  # type: ignore[attr-defined]
             known[key(t)] = v
     if cache is not None and todo:
@@ -294,8 +358,10 @@ def choose_threshold(probs: dict[tuple[str, str], np.ndarray], grid: np.ndarray)
     value when none qualifies.
     """
     for t in grid:
-        if all(wilson_upper(int(np.sum(probs[(name, "val")] >= t)), len(probs[(name, "val")])) <= lim
-               for name, lim in FALSE_DECLINE_LIMITS.items()):
+        if all(
+            wilson_upper(int(np.sum(probs[(name, "val")] >= t)), len(probs[(name, "val")])) <= lim
+            for name, lim in FALSE_DECLINE_LIMITS.items()
+        ):
             return float(t)
     return float(grid[-1])
 
@@ -310,7 +376,9 @@ def demo_faq_phrasings(path: Path = ROOT / "routing" / "demo" / "faq_demo.jsonl"
     return out
 
 
-def print_table(title: str, sets: list[EvalSet], probs: dict[tuple[str, str], np.ndarray], cols: Sequence[float]) -> None:
+def print_table(
+    title: str, sets: list[EvalSet], probs: dict[tuple[str, str], np.ndarray], cols: Sequence[float]
+) -> None:
     """Decline rate (%) of every set at every threshold in ``cols``, val block then test block."""
     print(f"\n{title}")
     head = f"{'set':32} {'split':5} {'kind':4} {'n':>5} | " + " ".join(f"{t:>6.3f}" for t in cols)
@@ -327,8 +395,12 @@ def print_table(title: str, sets: list[EvalSet], probs: dict[tuple[str, str], np
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared",
-                    help="the shared folder that holds data/ (default: ../shared)")
+    ap.add_argument(
+        "--shared",
+        type=Path,
+        default=ROOT.parent / "shared",
+        help="the shared folder that holds data/ (default: ../shared)",
+    )
     ap.add_argument("--cache", type=Path, default=None, help="optional .npz embedding cache")
     ap.add_argument("--c", type=float, default=DEFAULT_C, help="logistic regression C")
     ap.add_argument("--show-errors", type=int, default=0, help="print N worst val errors per set")
@@ -361,17 +433,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = round(min(edge + SAFETY_MARGIN, 0.99), 4)
     cols = sorted(set(THRESHOLDS) | {edge, chosen})
     n_seed = sum(len(v) for c in seed.values() for v in c.values())
-    print(f"scope detector: {n_seed} seed phrasings, C={args.c}, trained in {train_s:.1f} s (embedding included); "
-          f"demo FAQ: {len(faq)} phrasings")
-    print("cells: % of the set declined (P(out of scope) >= threshold)."
-          " oos rows: higher is better; ins rows: false declines, lower is better.")
+    print(
+        f"scope detector: {n_seed} seed phrasings, C={args.c}, trained in {train_s:.1f} s (embedding included); "
+        f"demo FAQ: {len(faq)} phrasings"
+    )
+    print(
+        "cells: % of the set declined (P(out of scope) >= threshold)."
+        " oos rows: higher is better; ins rows: false declines, lower is better."
+    )
     print_table("A. seed only (a store with no FAQ yet)", sets, probs, cols)
     print_table("B. seed + demo FAQ as extra_in_scope (how the demo store runs)", sets, probs_faq, cols)
-    print(f"lowest threshold meeting the targets (on A, val: 95% upper bound of false declines <= "
-          f"{100 * MAX_FALSE_DECLINE_BITEXT_PRODUCTS:.1f}% on Bitext and product questions, "
-          f"<= {100 * MAX_FALSE_DECLINE_ECD:.0f}% on ECD): {edge:.4f}")
-    print(f"chosen threshold (+ safety margin {SAFETY_MARGIN}): {chosen:.4f}"
-          f"   (routing.scope.DEFAULT_THRESHOLD = {DEFAULT_THRESHOLD})")
+    print(
+        f"lowest threshold meeting the targets (on A, val: 95% upper bound of false declines <= "
+        f"{100 * MAX_FALSE_DECLINE_BITEXT_PRODUCTS:.1f}% on Bitext and product questions, "
+        f"<= {100 * MAX_FALSE_DECLINE_ECD:.0f}% on ECD): {edge:.4f}"
+    )
+    print(
+        f"chosen threshold (+ safety margin {SAFETY_MARGIN}): {chosen:.4f}"
+        f"   (routing.scope.DEFAULT_THRESHOLD = {DEFAULT_THRESHOLD})"
+    )
     print("\nfinal figures (test split) at the chosen threshold:")
     print(f"  {'set':32} {'what':18} {'A: seed':>8} {'B: +FAQ':>8}   n")
     for s in sets:

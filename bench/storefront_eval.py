@@ -64,6 +64,7 @@ Output: Markdown (tables to paste into bench/README.md), with the exact command,
 load average and the date. Data rows are read from ``--shared`` at run time and never written
 anywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,9 +88,9 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 from websockets.asyncio.client import connect
@@ -179,7 +180,9 @@ class IntentMatcher:
         hits = [(literal, intent) for intent, pattern, literal in self.templates if pattern.fullmatch(text)]
         if hits:
             return max(hits)[1], "template"
-        scores = [(difflib.SequenceMatcher(None, text, s, autojunk=False).ratio(), intent) for intent, s in self.stripped]
+        scores = [
+            (difflib.SequenceMatcher(None, text, s, autojunk=False).ratio(), intent) for intent, s in self.stripped
+        ]
         return max(scores)[1], "similarity"
 
 
@@ -219,7 +222,11 @@ class Server:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [exe, "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
@@ -283,8 +290,11 @@ async def ask(port: int, item: Item, timeout: float = QUESTION_TIMEOUT_S) -> Out
     out = Outcome(item)
     try:
         async with connect(
-            f"ws://127.0.0.1:{port}/ws/chat/", origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-            proxy=None, open_timeout=10, close_timeout=5,
+            f"ws://127.0.0.1:{port}/ws/chat/",
+            origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+            proxy=None,
+            open_timeout=10,
+            close_timeout=5,
         ) as ws:
             await ws.send(json.dumps({"type": "hello"}))
             first = json.loads(await asyncio.wait_for(ws.recv(), timeout))
@@ -317,7 +327,7 @@ async def ask(port: int, item: Item, timeout: float = QUESTION_TIMEOUT_S) -> Out
                 elif kind == "error" and out.end_ms is None:
                     out.route = f"error:{f.get('code')}"
                     return out
-    except (asyncio.TimeoutError, TimeoutError):
+    except TimeoutError:
         if out.end_ms is None:
             out.route = "timeout"
     except ConnectionClosed as e:
@@ -402,14 +412,22 @@ def accuracy_section(outcomes: Sequence[Outcome], matcher: IntentMatcher) -> lis
         in_scope = rows[0].item.intent is not None
         right_all = _share(right, len(rows)) if in_scope else "n/a"
         prec = _share(right, len(faq)) if in_scope else "n/a"
-        lines.append(f"| {SET_LABELS[set_name]} | {len(rows)} | {_share(len(faq), len(rows))} | {right_all} | {prec} | {routes} |")
-    lines += ["", f"Answer → entry decided by exact template match for {rules['template']} FAQ answers, "
-              f"by text similarity for {rules['similarity']}."]
-    for title, pairs, show_expected in (("Wrong entries (in-scope sets)", wrong, True),
-                                        ("Out-of-scope questions answered from the FAQ", oos_answered, False)):
+        lines.append(
+            f"| {SET_LABELS[set_name]} | {len(rows)} | {_share(len(faq), len(rows))} | {right_all} | {prec} | {routes} |"
+        )
+    lines += [
+        "",
+        f"Answer → entry decided by exact template match for {rules['template']} FAQ answers, "
+        f"by text similarity for {rules['similarity']}.",
+    ]
+    for title, pairs, show_expected in (
+        ("Wrong entries (in-scope sets)", wrong, True),
+        ("Out-of-scope questions answered from the FAQ", oos_answered, False),
+    ):
         if pairs:
             shown = "; ".join(
-                f"{i.text!r} → `{got}`" + (f" (expected `{i.intent}`)" if show_expected else "") for i, got in pairs[:12]
+                f"{i.text!r} → `{got}`" + (f" (expected `{i.intent}`)" if show_expected else "")
+                for i, got in pairs[:12]
             )
             more = f"; … {len(pairs) - 12} more" if len(pairs) > 12 else ""
             lines += ["", f"{title}: {shown}{more}."]
@@ -449,9 +467,13 @@ def speed_section(passes: Sequence[PassResult]) -> list[str]:
             f"| {p.concurrency} | {len(p.outcomes)} | {len(faq)} | {pair(ack)} | {pair(fd)} | {ratio} | {pair(end)} | "
             f"{pair(ack_all)} | {len(p.outcomes) / p.wall_s:.1f} | {p.load_before:.2f} → {p.load_after:.2f} |"
         )
-    lines += ["", "First delta by route (all sets):", "",
-              "| concurrency | route | answers | first delta p50 / p99 (ms) | stream.end p50 / p99 (ms) |",
-              "|---:|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "First delta by route (all sets):",
+        "",
+        "| concurrency | route | answers | first delta p50 / p99 (ms) | stream.end p50 / p99 (ms) |",
+        "|---:|---|---:|---:|---:|",
+    ]
     for p in passes:
         for route, _ in Counter(o.route for o in p.outcomes).most_common():
             rows = [o for o in p.outcomes if o.route == route]
@@ -474,9 +496,12 @@ def _display_command(argv: Sequence[str]) -> str:
 
 def _git_revision() -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return (rev or "unknown") + (" + uncommitted changes" if dirty else "")
     except OSError:
         return "unknown"
@@ -504,13 +529,24 @@ async def measure(port: int, data: Data, concurrencies: Sequence[int]) -> list[P
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the shared folder (holds data/)")
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8],
-                    help="questions in flight at once; one pass per value (default: 1 8)")
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 8],
+        help="questions in flight at once; one pass per value (default: 1 8)",
+    )
     ap.add_argument("--port", type=int, default=0, help="port for the benchmark's server (0: a free one)")
-    ap.add_argument("--extra-bitext", type=int, default=120,
-                    help="Bitext rows added for the speed figures (see the docstring; default 120)")
+    ap.add_argument(
+        "--extra-bitext",
+        type=int,
+        default=120,
+        help="Bitext rows added for the speed figures (see the docstring; default 120)",
+    )
     ap.add_argument("--limit", type=int, default=0, help="only the first N messages of each set (a smoke run)")
     args = ap.parse_args(argv)
     raw_argv = list(sys.argv[1:] if argv is None else argv)
@@ -530,13 +566,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 items.append(it)
         data = Data(seed=data.seed, items=items)
     matcher = IntentMatcher(data.seed)
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     port = args.port or free_port()
 
     # SIGTERM ends the run like Ctrl-C does: through the finally below, which stops the server.
     signal.signal(signal.SIGTERM, _interrupt)
-    server = Server(port=port, seed_path=args.shared.resolve() / "data" / "bitext" / "faq_seed.jsonl",
-                    python=sys.executable)
+    server = Server(
+        port=port, seed_path=args.shared.resolve() / "data" / "bitext" / "faq_seed.jsonl", python=sys.executable
+    )
     try:
         print(f"… starting kefu on 127.0.0.1:{port} (database in {server.tmp})", file=sys.stderr, flush=True)
         t0 = time.perf_counter()

@@ -32,6 +32,7 @@ Data rows are read from ``--shared`` at run time and never written anywhere. Emb
 memoised by the embedder under ``.cache/embeddings`` (the first run embeds ~1,500 texts, ~1 min
 on 2 cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,8 @@ import json
 import os
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -130,8 +131,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from routing.faq_model import normalise_text
 
     emb = get_embedder()
-    print(f"# Tier classifier benchmark\n\n`{' '.join(['.venv/bin/python', 'bench/tier_eval.py', *sys.argv[1:]])}` — "
-          f"{dt.date.today()}, {os.cpu_count()} CPUs\n")
+    print(
+        f"# Tier classifier benchmark\n\n`{' '.join(['.venv/bin/python', 'bench/tier_eval.py', *sys.argv[1:]])}` — "
+        f"{dt.date.today()}, {os.cpu_count()} CPUs\n"
+    )
 
     # --- 1. labelled set -----------------------------------------------------------------------
     rows = load_labels()
@@ -141,8 +144,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     v = np.asarray(emb.embed([normalise_text(t) for t in texts]), dtype=np.float32)
     test = np.array([held_out(t) for t in texts])
     tr = np.flatnonzero(~test)
-    print(f"Labelled set: {len(rows)} messages ({dict(Counter(t for _, t, _ in rows))}); "
-          f"training split {len(tr)}, held out {int(test.sum())}.\n")
+    print(
+        f"Labelled set: {len(rows)} messages ({dict(Counter(t for _, t, _ in rows))}); "
+        f"training split {len(tr)}, held out {int(test.sum())}.\n"
+    )
     tr_texts = [texts[i] for i in tr]
 
     if args.sweep:
@@ -166,26 +171,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     base_cost = next(r[5] for r in rows_out if r[0] == "top")
     ok = [r for r in rows_out if r[4] <= MAX_COMPLEX_TO_SIMPLE and r[5] <= base_cost * (1 + MAX_COST_INCREASE)]
     best = min(ok, key=lambda r: (r[3], round(r[5], 6), -r[2]))
-    print("Low-confidence rule, 5-fold out-of-fold on the training split (cost: 650 prompt + "
-          f"{args.completion_tokens} completion tokens a message):\n")
+    print(
+        "Low-confidence rule, 5-fold out-of-fold on the training split (cost: 650 prompt + "
+        f"{args.completion_tokens} completion tokens a message):\n"
+    )
     print("| policy | cut | accuracy | under-routed | complex→simple | USD / 1k msgs |\n|---|---:|---:|---:|---:|---:|")
     for r in rows_out:
         mark = " ← chosen" if r is best else ""
         print(f"| {r[0]} | {r[1]:.1f} | {r[2]:.1%} | {r[3]} | {r[4]:.1%} | {r[5]:.3f}{mark} |")
-    print(f"\nRule: complex→simple ≤ {MAX_COMPLEX_TO_SIMPLE:.0%} and cost ≤ {MAX_COST_INCREASE:.0%} above `top`; "
-          f"then the fewest under-routed, then the cheapest. Chosen: `{best[0]}` at {best[1]:.1f}; shipped: "
-          f"`upper` at {tc.DEFAULT_MIN_CONFIDENCE} (`KEFU_TIER_MIN_CONFIDENCE`)"
-          + ("." if (best[0], best[1]) == ("upper", tc.DEFAULT_MIN_CONFIDENCE) else " — DIFFERENT: update the classifier.") + "\n")
+    print(
+        f"\nRule: complex→simple ≤ {MAX_COMPLEX_TO_SIMPLE:.0%} and cost ≤ {MAX_COST_INCREASE:.0%} above `top`; "
+        f"then the fewest under-routed, then the cheapest. Chosen: `{best[0]}` at {best[1]:.1f}; shipped: "
+        f"`upper` at {tc.DEFAULT_MIN_CONFIDENCE} (`KEFU_TIER_MIN_CONFIDENCE`)"
+        + (
+            "."
+            if (best[0], best[1]) == ("upper", tc.DEFAULT_MIN_CONFIDENCE)
+            else " — DIFFERENT: update the classifier."
+        )
+        + "\n"
+    )
 
-    model = TierClassifier.train(emb, rules=(), labels=[(texts[i], TIERS[y[i]]) for i in tr], vectors=v[tr],
-                                 min_confidence=tc.DEFAULT_MIN_CONFIDENCE)
+    model = TierClassifier.train(
+        emb,
+        rules=(),
+        labels=[(texts[i], TIERS[y[i]]) for i in tr],
+        vectors=v[tr],
+        min_confidence=tc.DEFAULT_MIN_CONFIDENCE,
+    )
     te = np.flatnonzero(test)
     p_te = model.probabilities(v[te], [texts[i] for i in te])
     pred = np.array([TIERS.index(model.decide_from_probabilities(p).tier) for p in p_te])
     yt = y[te]
-    print(f"**Held-out split** ({len(te)} messages, shipped rule): accuracy {(pred == yt).mean():.1%} "
-          f"(top tier alone {(p_te.argmax(1) == yt).mean():.1%}); under-routed {int((pred < yt).sum())}, "
-          f"over-routed {int((pred > yt).sum())}.\n")
+    print(
+        f"**Held-out split** ({len(te)} messages, shipped rule): accuracy {(pred == yt).mean():.1%} "
+        f"(top tier alone {(p_te.argmax(1) == yt).mean():.1%}); under-routed {int((pred < yt).sum())}, "
+        f"over-routed {int((pred > yt).sum())}.\n"
+    )
     print(confusion(yt, pred))
     for lc in ("en", "zh"):
         m = loc[te] == lc
@@ -205,28 +226,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     bank_q = [q for q, intent in clinc["val"] if intent in banking]
     sets = {"Bitext faq_eval_public": ev, f"Bitext other rows ({len(extra)})": extra, "CLINC150 banking (val)": bank_q}
 
+    from lib.text import detect_locale
+    from lib.tokens import count_tokens
     from routing import context
     from routing.faq_model import FaqModel, FaqTrainingEntry
-    from routing.providers.openai_remote import count_tokens
+    from routing.replies import small_talk_reply, wants_human
     from routing.scope import ScopeClassifier
-    from routing.strategy import ROUTING_MAX_CHARS, detect_locale, small_talk_reply, wants_human
+    from routing.types import ROUTING_MAX_CHARS
 
-    entries = [FaqTrainingEntry(i, s["intent"], "en", (s["question"], *s.get("variants", []))) for i, s in enumerate(seed, 1)]
-    faq = FaqModel.train(entries, emb, min_confidence=settings.KEFU_FAQ_MIN_CONFIDENCE,
-                         min_similarity=settings.KEFU_FAQ_MIN_SIMILARITY,
-                         single_entry_min_similarity=settings.KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY)
-    scope = ScopeClassifier.train(emb, extra_in_scope=[p for e in entries for p in e.phrasings],
-                                  threshold=settings.KEFU_SCOPE_THRESHOLD)
-    full = TierClassifier.train(emb, rules=load_rules(settings.KEFU_TIER_RULES_PATH),
-                                min_confidence=settings.KEFU_TIER_MIN_CONFIDENCE)  # as shipped: every row
+    entries = [
+        FaqTrainingEntry(i, s["intent"], "en", (s["question"], *s.get("variants", []))) for i, s in enumerate(seed, 1)
+    ]
+    faq = FaqModel.train(
+        entries,
+        emb,
+        min_confidence=settings.KEFU_FAQ_MIN_CONFIDENCE,
+        min_similarity=settings.KEFU_FAQ_MIN_SIMILARITY,
+        single_entry_min_similarity=settings.KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY,
+    )
+    scope = ScopeClassifier.train(
+        emb, extra_in_scope=[p for e in entries for p in e.phrasings], threshold=settings.KEFU_SCOPE_THRESHOLD
+    )
+    full = TierClassifier.train(
+        emb, rules=load_rules(settings.KEFU_TIER_RULES_PATH), min_confidence=settings.KEFU_TIER_MIN_CONFIDENCE
+    )  # as shipped: every row
     by_id = {i: s for i, s in enumerate(seed, 1)}
     model_name = settings.KEFU_TIERS["complex"]["model"]
     comp = args.completion_tokens
 
-    print("Route and tier shares on real questions (no labels), and cost per 1,000 messages "
-          f"(prompt tokens counted on kefu's prompt, {comp} completion tokens assumed):\n")
-    print("| set | n | faq | decline | handoff | llm.simple | llm.medium | llm.complex | prompt tokens (mean) "
-          "| kefu USD/1k | remote-bound all complex | every message complex | kefu / every-complex |")
+    print(
+        "Route and tier shares on real questions (no labels), and cost per 1,000 messages "
+        f"(prompt tokens counted on kefu's prompt, {comp} completion tokens assumed):\n"
+    )
+    print(
+        "| set | n | faq | decline | handoff | llm.simple | llm.medium | llm.complex | prompt tokens (mean) "
+        "| kefu USD/1k | remote-bound all complex | every message complex | kefu / every-complex |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, qs in sets.items():
         vecs = np.asarray(emb.embed([normalise_text(q[:ROUTING_MAX_CHARS]) for q in qs]), dtype=np.float32)
@@ -236,7 +271,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for q, vec in zip(qs, vecs):
             locale = detect_locale(q)
             grounding = [(by_id[e]["question"], by_id[e]["answer"]) for e in faq.top_entries(q, k=3, locale=locale)]
-            n_prompt = count_tokens(context.build_messages(grounding=grounding, history=[], text=q, locale=locale), model_name)
+            n_prompt = count_tokens(
+                context.build_messages(grounding=grounding, history=[], text=q, locale=locale), model_name
+            )
             prompts.append(n_prompt)
             every_complex += tier_cost_usd("complex", n_prompt, comp)
             rule = match_rule(q, full.rules)
@@ -253,11 +290,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 remote_complex += tier_cost_usd("complex", n_prompt, comp)
             routes[route] += 1
         n = len(qs)
-        share = " | ".join(f"{routes[r] / n:.1%}" for r in ("faq", "decline", "handoff", "llm.simple", "llm.medium", "llm.complex"))
+        share = " | ".join(
+            f"{routes[r] / n:.1%}" for r in ("faq", "decline", "handoff", "llm.simple", "llm.medium", "llm.complex")
+        )
         k = 1000 / n
-        print(f"| {name} | {n} | {share} | {np.mean(prompts):.0f} | {kefu * k:.4f} | {remote_complex * k:.4f} | "
-              f"{every_complex * k:.4f} | {kefu / every_complex:.1%} |")
-    prices = ", ".join(f"{t} {settings.KEFU_TIERS[t]['price_input_per_mtok']} / {settings.KEFU_TIERS[t]['price_output_per_mtok']}" for t in TIERS)
+        print(
+            f"| {name} | {n} | {share} | {np.mean(prompts):.0f} | {kefu * k:.4f} | {remote_complex * k:.4f} | "
+            f"{every_complex * k:.4f} | {kefu / every_complex:.1%} |"
+        )
+    prices = ", ".join(
+        f"{t} {settings.KEFU_TIERS[t]['price_input_per_mtok']} / {settings.KEFU_TIERS[t]['price_output_per_mtok']}"
+        for t in TIERS
+    )
     print(f"\nPrices (USD per million tokens, input / output): {prices}.")
 
 

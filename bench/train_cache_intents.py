@@ -20,6 +20,7 @@ What it measures first, on a 30% split of the Bitext rows held out of training (
   intent with that confidence (they should not).
 Then it refits on all rows and saves the weights (unless ``--no-save``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,7 +78,9 @@ def main() -> None:
 
     t0 = time.perf_counter()
     Vb, Vo, Vval, Vseed = embed(b_text), embed(o_text), embed(val_other), embed(seed_text)
-    print(f"embedded {len(b_text) + len(o_text) + len(val_other) + len(seed_text)} texts in {time.perf_counter() - t0:.0f} s")
+    print(
+        f"embedded {len(b_text) + len(o_text) + len(val_other) + len(seed_text)} texts in {time.perf_counter() - t0:.0f} s"
+    )
     # The seed's store questions are of two kinds: about a product ("is this jacket waterproof?"),
     # which must resolve to ``other``, and about an order or account ("can I change my order?"),
     # which belong to a Bitext intent. A first fit without the seed tells them apart: a seed
@@ -88,7 +91,9 @@ def main() -> None:
     p_pre = pre.predict_proba(Vseed)
     other_col = list(pre.classes_).index(OTHER)
     store_like = np.delete(p_pre, other_col, axis=1).max(axis=1) >= 0.4
-    print(f"scope seed: {int((~store_like).sum())} product questions join 'other', {int(store_like.sum())} store-intent-like left out")
+    print(
+        f"scope seed: {int((~store_like).sum())} product questions join 'other', {int(store_like.sum())} store-intent-like left out"
+    )
     Vo = np.vstack([Vo, Vseed[~store_like]])
 
     idx = list(range(len(rows)))
@@ -108,10 +113,14 @@ def main() -> None:
     pred = np.array([r.intent for r in res])
     for c in (0.5, 0.7, 0.8, 0.9):
         m = (conf >= c) & (pred != OTHER)
-        print(f"held-out Bitext rows, confidence >= {c}: coverage {m.mean():.3f}, accuracy {(pred[m] == b_lab[test][m]).mean():.4f}")
+        print(
+            f"held-out Bitext rows, confidence >= {c}: coverage {m.mean():.3f}, accuracy {(pred[m] == b_lab[test][m]).mean():.4f}"
+        )
     rv = model.resolve(Vval)
     leak = np.mean([r.intent != OTHER and r.confidence >= args.confidence for r in rv])
-    print(f"CLINC150 val, non-store domains ({len(val_other)}): resolved to a store intent at >= {args.confidence}: {leak:.4f}")
+    print(
+        f"CLINC150 val, non-store domains ({len(val_other)}): resolved to a store intent at >= {args.confidence}: {leak:.4f}"
+    )
 
     # Pairs among held-out cacheable rows.
     ok = np.array([may_cache_question(b_text[i])[0] for i in test])
@@ -139,15 +148,24 @@ def main() -> None:
     print(f"pairs of held-out rows: {int(y.sum())} same-intent, {int((1 - y).sum())} different-intent (hard: nearest)")
     for c in (0.5, 0.7, 0.8):
         for tc in (0.8, 0.85, 0.9):
-            same_int = np.array([r_all[i].intent == r_all[j].intent != OTHER and min(r_all[i].confidence, r_all[j].confidence) >= c
-                                 for i, j, _ in pairs])
+            same_int = np.array(
+                [
+                    r_all[i].intent == r_all[j].intent != OTHER and min(r_all[i].confidence, r_all[j].confidence) >= c
+                    for i, j, _ in pairs
+                ]
+            )
             hit = same_int & (cos >= tc) & hard_ok
-            print(f"  confidence >= {c}, cosine >= {tc}: false hits {hit[y == 0].mean():.4f}, hits on same-intent {hit[y == 1].mean():.3f}")
+            print(
+                f"  confidence >= {c}, cosine >= {tc}: false hits {hit[y == 0].mean():.4f}, hits on same-intent {hit[y == 1].mean():.3f}"
+            )
 
     if not args.no_save:
         final = fit(np.arange(len(rows)))
-        final.save(trained_on="Bitext customer-service public rows (CDLA-Sharing-1.0); CLINC150 train/oos_train "
-                   "(CC BY 3.0); kefu scope seed", script="bench/train_cache_intents.py")
+        final.save(
+            trained_on="Bitext customer-service public rows (CDLA-Sharing-1.0); CLINC150 train/oos_train "
+            "(CC BY 3.0); kefu scope seed",
+            script="bench/train_cache_intents.py",
+        )
         print("saved", len(final.classes), "classes")
 
 

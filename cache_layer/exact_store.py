@@ -21,6 +21,7 @@ Two backends behind one small protocol, chosen by ``settings.REDIS_URL``:
 Errors: the Redis backend raises ``redis.exceptions.RedisError`` (connection refused, timeout
 after ``KEFU_CACHE_REDIS_TIMEOUT_MS``); callers in ``services`` log it and fall back to the database.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,12 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from typing import Iterable, Protocol, TypedDict
+from collections.abc import Iterable
+from typing import Protocol, TypedDict
+
+from django.conf import settings
+
+from .config import cache_config
 
 DEFAULT_PREFIX = "kefu:cache:exact"
 
@@ -180,7 +186,7 @@ class RedisExactStore:
         names = [self.key(s, h) for s, h in keys]
         n = 0
         for i in range(0, len(names), self._DELETE_CHUNK):
-            n += int(self._redis.delete(*names[i : i + self._DELETE_CHUNK]))  # type: ignore[arg-type]
+            n += int(self._redis.delete(*names[i : i + self._DELETE_CHUNK]))
         return n
 
     def purge(self, scope: str | None = None) -> int:
@@ -190,15 +196,15 @@ class RedisExactStore:
         for name in self._redis.scan_iter(match=pattern, count=1000):
             batch.append(name)
             if len(batch) >= self._DELETE_CHUNK:
-                n += int(self._redis.unlink(*batch))  # type: ignore[arg-type]
+                n += int(self._redis.unlink(*batch))
                 batch.clear()
         if batch:
-            n += int(self._redis.unlink(*batch))  # type: ignore[arg-type]
+            n += int(self._redis.unlink(*batch))
         return n
 
     def ttl_ms(self, scope: str, key_hash: str) -> int:
         """Remaining lifetime of a key in ms (Redis ``PTTL``: -2 missing, -1 no expiry)."""
-        return int(self._redis.pttl(self.key(scope, key_hash)))  # type: ignore[arg-type]
+        return int(self._redis.pttl(self.key(scope, key_hash)))
 
     def close(self) -> None:
         self._redis.close()
@@ -220,18 +226,16 @@ def get_exact_store() -> ExactStore:
     global _store, _store_source
     if _override is not None:
         return _override
-    from django.conf import settings
-
-    url = str(getattr(settings, "REDIS_URL", "") or "")
+    url = str(settings.REDIS_URL or "")
     store = _store
     if store is not None and _store_source == url:
         return store
     with _store_lock:
         if _store is None or _store_source != url:
             if url:
-                _store = RedisExactStore(url, timeout_ms=float(getattr(settings, "KEFU_CACHE_REDIS_TIMEOUT_MS", 250)))
+                _store = RedisExactStore(url, timeout_ms=cache_config().redis_timeout_ms)
             else:
-                _store = LocalExactStore(int(getattr(settings, "KEFU_CACHE_LOCAL_MAX_ENTRIES", 20_000)))
+                _store = LocalExactStore(cache_config().local_max_entries)
             _store_source = url
         return _store
 

@@ -19,6 +19,7 @@ downloaded at run time. Measured figures are in that script's docstring and benc
 English only for now: Chinese questions resolve to ``other`` (no Chinese training data with a
 licence that allows it), and fall back to the strict lexical rule.
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,15 +58,20 @@ class IntentModel:
         return int(self.coef.shape[1])
 
     @classmethod
-    def load(cls, path: Path = WEIGHTS_PATH) -> "IntentModel":
+    def load(cls, path: Path = WEIGHTS_PATH) -> IntentModel:
         """Raises ``FileNotFoundError`` when the weights are missing."""
         d = np.load(path, allow_pickle=False)
         return cls(d["coef"], d["intercept"], [str(c) for c in d["classes"]])
 
     def save(self, path: Path = WEIGHTS_PATH, **meta: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(path, coef=self.coef.astype(np.float16).astype(np.float32), intercept=self.intercept,
-                            classes=np.array(self.classes), **{k: np.array(v) for k, v in meta.items()})
+        np.savez_compressed(
+            path,
+            coef=self.coef.astype(np.float16).astype(np.float32),
+            intercept=self.intercept,
+            classes=np.array(self.classes),
+            **{k: np.array(v) for k, v in meta.items()},  # type: ignore[arg-type]  # numpy's stub: **kwds as bool
+        )
 
     def probabilities(self, vectors: np.ndarray) -> np.ndarray:
         """Softmax probabilities, shape ``(n, n_intents)``."""

@@ -1,4 +1,5 @@
 """Cached answers, persisted in the database so they survive a restart and are seen by every worker."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -74,20 +75,25 @@ class CacheAudit(models.Model):
     """
 
     class Verdict(models.TextChoices):
+        PENDING = "pending"  # opened, its re-answer not in yet (not counted)
         SAME = "same"
         DIFFERENT = "different"
         ERROR = "error"
         AGENT_WRONG = "agent_wrong"
 
     entry = models.ForeignKey(CachedAnswer, null=True, blank=True, on_delete=models.SET_NULL, related_name="audits")
-    message_id = models.BigIntegerField(null=True, blank=True, db_index=True, help_text="the shopper message served from the cache")
+    message_id = models.BigIntegerField(
+        null=True, blank=True, db_index=True, help_text="the shopper message served from the cache"
+    )
     intent = models.CharField(max_length=100, db_index=True)
     question = models.TextField(help_text="the question that was served from the cache")
     cached_question = models.TextField()
     cached_answer = models.TextField()
     fresh_answer = models.TextField(blank=True)
     verdict = models.CharField(max_length=16, choices=Verdict.choices)
-    similarity = models.FloatField(null=True, blank=True, help_text="cosine of the fresh and cached answers' embeddings")
+    similarity = models.FloatField(
+        null=True, blank=True, help_text="cosine of the fresh and cached answers' embeddings"
+    )
     tier = models.CharField(max_length=16, blank=True, help_text="tier that re-answered")
     model = models.CharField(max_length=128, blank=True, help_text="model that re-answered")
     marked_by = models.CharField(max_length=150, blank=True, help_text="the agent, for agent_wrong")

@@ -8,10 +8,13 @@ Unlike ``routing.faq_model.normalise_text`` this keeps numbers and names as they
 key must never merge two questions that need different answers (order numbers are refused by the
 policy before they reach a key at all, see :mod:`cache_layer.policy`).
 """
+
 from __future__ import annotations
 
 import re
 import unicodedata
+
+from lib.text import CJK_CLASS
 
 # Any run of characters that is neither a word character (letters, digits, CJK) nor whitespace.
 # The apostrophe is dropped rather than turned into a space so "don't" and "dont" share a key.
@@ -19,7 +22,7 @@ _APOSTROPHE = re.compile(r"[’'`]")
 _PUNCT = re.compile(r"[^\w\s]|_", re.UNICODE)
 _SPACES = re.compile(r"\s+")
 # Spaces between two CJK characters carry no meaning ("怎么 退货" == "怎么退货").
-_CJK = r"[\u3400-\u9fff\uf900-\ufaff]"
+_CJK = rf"[{CJK_CLASS}]"
 _CJK_GAP = re.compile(rf"(?<={_CJK})\s+(?={_CJK})")
 
 

@@ -9,12 +9,15 @@ it has been rewritten into a standalone question (issue 3, point 3).
 The rules are deliberately broad: a refused store costs one remote answer; a wrong one leaks data.
 Every function returns a short machine-readable reason so the caller can log why.
 """
+
 from __future__ import annotations
 
 import re
 import unicodedata
 
-_CJK = r"\u3400-\u9fff\uf900-\ufaff"
+from lib.text import CJK_CLASS
+
+_CJK = CJK_CLASS
 
 # Order, invoice, tracking and account numbers: any run of 5+ digits (Bitext's order ids are
 # 6-15 digits; the check's are 8). Five keeps postcodes out too, which are personal with a street.
@@ -91,8 +94,30 @@ _WORD = re.compile(r"[a-z']+")
 _FOLLOW_OPENERS_EN = re.compile(
     r"^(?:and|also|but|or|so|then|plus|what about|how about|what if|same for|same with|ok and|okay and)\b"
 )
-_PRONOUNS_EN = {"it", "its", "it's", "itself", "that", "this", "those", "these", "they", "them", "their",
-                "one", "ones", "he", "she", "him", "her", "same", "other", "instead", "either", "neither"}
+_PRONOUNS_EN = {
+    "it",
+    "its",
+    "it's",
+    "itself",
+    "that",
+    "this",
+    "those",
+    "these",
+    "they",
+    "them",
+    "their",
+    "one",
+    "ones",
+    "he",
+    "she",
+    "him",
+    "her",
+    "same",
+    "other",
+    "instead",
+    "either",
+    "neither",
+}
 # Words that start a sentence yet refer back ("It doesn't fit", "That one is broken").
 _PRONOUN_LEAD_EN = {"it", "its", "it's", "that", "this", "those", "these", "they", "them", "same", "which one"}
 _FOLLOW_OPENERS_ZH = re.compile(r"^(?:那|那么|还有|另外|然后|而且|再|那个|这个|它)")
@@ -131,9 +156,7 @@ def is_follow_up(text: str) -> bool:
         return False
     if words[0] in _PRONOUN_LEAD_EN:
         return True
-    if len(words) <= SHORT_EN_WORDS and any(w in _PRONOUNS_EN for w in words):
-        return True
-    return False
+    return len(words) <= SHORT_EN_WORDS and any(w in _PRONOUNS_EN for w in words)
 
 
 def may_cache_question(text: str) -> tuple[bool, str]:

@@ -14,42 +14,33 @@ memory), then the index's keys, and reads the database only when the index knows
 refills the store then); every deletion path deletes the store's keys too. A miss costs no query
 at all. A vector library (usearch / faiss) is not used yet.
 
-Settings read (``getattr(settings, name, default)``):
-- ``KEFU_CACHE_ENABLED`` (True)
-- ``KEFU_CACHE_TTL_S`` (604800 = 7 days): absolute lifetime of an entry;
-- ``KEFU_CACHE_MAX_ENTRIES`` (100000): size bound over all scopes, oldest evicted first;
-- ``KEFU_CACHE_SEMANTIC_THRESHOLD`` (0.93): cosine needed for a semantic hit (measured, see
-  ``bench/cache_guard_eval.py``);
-- ``KEFU_CACHE_GUARD_MAX_EXTRA`` (1): content words one question may add (see ``similarity.guard``);
-- ``KEFU_CACHE_SEMANTIC_CANDIDATES`` (5): nearest neighbours judged per lookup;
-- ``KEFU_CACHE_INTENT_COSINE`` (0.85) and ``KEFU_CACHE_INTENT_CONFIDENCE`` (0.7): the same-intent
-  rule (``cache_layer/intent_model.py``; a confidence above 1 switches it off);
-- ``KEFU_CACHE_AMBIGUITY_MARGIN`` (0.03): see ``lookup``;
-- ``KEFU_CACHE_INDEX_REFRESH_MS`` (5000): how stale a scope's index may be about other workers'
-  new entries, in ms (0 = check at every lookup).
+Settings: :class:`cache_layer.config.CacheConfig` (read and validated once; defaults in
+config/settings.py).
 """
+
 from __future__ import annotations
 
 import hashlib
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Sequence
 
 import numpy as np
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Max
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from .config import cache_config
+from .embeddings import get_embedder
 from .exact_store import ExactEntry, get_exact_store
+from .intent_model import get_intent_model
 from .models import CachedAnswer, CachedAnswerGround
 from .normalise import exact_key_text
 from .policy import may_cache_answer, may_cache_question
-from .intent_model import get_intent_model
 from .similarity import semantic_verdict
 
 log = logging.getLogger(__name__)
@@ -61,49 +52,14 @@ ROUTE_SEMANTIC = "cache.semantic"
 _UNCACHEABLE_ROUTE_PREFIXES = ("agent", "handoff", "cache.")
 
 
-def _setting(name: str, default: object) -> object:
-    return getattr(settings, name, default)
-
-
 def ttl_s() -> int:
-    return int(_setting("KEFU_CACHE_TTL_S", 7 * 24 * 3600))  # type: ignore[call-overload]
-
-
-def max_entries() -> int:
-    return int(_setting("KEFU_CACHE_MAX_ENTRIES", 100_000))  # type: ignore[call-overload]
-
-
-def semantic_threshold() -> float:
-    return float(_setting("KEFU_CACHE_SEMANTIC_THRESHOLD", 0.93))  # type: ignore[arg-type]
-
-
-def guard_max_extra() -> int:
-    return int(_setting("KEFU_CACHE_GUARD_MAX_EXTRA", 1))  # type: ignore[call-overload]
-
-
-def intent_cosine() -> float:
-    return float(_setting("KEFU_CACHE_INTENT_COSINE", 0.85))  # type: ignore[arg-type]
-
-
-def intent_confidence() -> float:
-    """Above 1.0 switches the intent rule off (lexical rule only)."""
-    return float(_setting("KEFU_CACHE_INTENT_CONFIDENCE", 0.7))  # type: ignore[arg-type]
-
-
-def ambiguity_margin() -> float:
-    return float(_setting("KEFU_CACHE_AMBIGUITY_MARGIN", 0.03))  # type: ignore[arg-type]
-
-
-def semantic_candidates() -> int:
-    return int(_setting("KEFU_CACHE_SEMANTIC_CANDIDATES", 5))  # type: ignore[call-overload]
-
-
-def index_refresh_s() -> float:
-    return float(_setting("KEFU_CACHE_INDEX_REFRESH_MS", 5000)) / 1000  # type: ignore[arg-type]
+    """``KEFU_CACHE_TTL_S``: an entry's lifetime, seconds."""
+    return cache_config().ttl_s
 
 
 def cache_enabled() -> bool:
-    return bool(_setting("KEFU_CACHE_ENABLED", True))
+    """``KEFU_CACHE_ENABLED``."""
+    return cache_config().enabled
 
 
 @dataclass(frozen=True)
@@ -220,7 +176,7 @@ def _scope_index(scope: str) -> _ScopeIndex:
     cost the next lookup a reload of the whole scope); after a deletion the scope is reloaded."""
     now = time.monotonic()
     idx = _indexes.get(scope)
-    if idx is not None and now - idx.checked_at < index_refresh_s():
+    if idx is not None and now - idx.checked_at < cache_config().index_refresh_s:
         return idx
     stamp = _scope_stamp(scope)
     if idx is not None and idx.stamp == stamp:
@@ -229,7 +185,8 @@ def _scope_index(scope: str) -> _ScopeIndex:
     if idx is not None and stamp[1] > idx.stamp[1]:
         new_rows = list(
             CachedAnswer.objects.filter(scope=scope, id__gt=idx.stamp[1], embedding__isnull=False)
-            .order_by("id").values_list(*_INDEX_COLUMNS)
+            .order_by("id")
+            .values_list(*_INDEX_COLUMNS)
         )
         if idx.stamp[0] + len(new_rows) == stamp[0] and idx.add_rows(new_rows):  # only additions since
             idx.stamp, idx.checked_at = stamp, now
@@ -268,8 +225,6 @@ def _forget(scopes: Sequence[str] | None = None) -> None:
 
 
 def _embed(text: str) -> np.ndarray:
-    from .embeddings import get_embedder
-
     return np.asarray(get_embedder().embed([text])[0], dtype=np.float32)
 
 
@@ -334,8 +289,14 @@ def _exact_store_hit(*, scope: str, key_hash: str, now: datetime) -> CacheHit | 
     entry = _exact_get(scope, key_hash)
     if entry is not None:
         if _record_exact_hit(entry, now):
-            return CacheHit(answer=entry["answer"], route=ROUTE_EXACT, similarity=1.0, entry_id=entry["id"],
-                            model=entry["model"], question=entry["question"])
+            return CacheHit(
+                answer=entry["answer"],
+                route=ROUTE_EXACT,
+                similarity=1.0,
+                entry_id=entry["id"],
+                model=entry["model"],
+                question=entry["question"],
+            )
         _exact_delete([(scope, key_hash)])  # stale: deleted, replaced or expired since it was stored
     return None
 
@@ -353,8 +314,13 @@ def _exact_row_hit(*, scope: str, key_hash: str, now: datetime, idx: _ScopeIndex
     if row is None:
         return None
     _record_hit(row[0])
-    payload: ExactEntry = {"id": row[0], "answer": row[1], "model": row[2], "question": row[3],
-                           "created_at": row[4].isoformat()}
+    payload: ExactEntry = {
+        "id": row[0],
+        "answer": row[1],
+        "model": row[2],
+        "question": row[3],
+        "created_at": row[4].isoformat(),
+    }
     _exact_set(scope, key_hash, payload, expires_at=row[5], now=now)
     return CacheHit(answer=row[1], route=ROUTE_EXACT, similarity=1.0, entry_id=row[0], model=row[2], question=row[3])
 
@@ -400,24 +366,29 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         log.warning("cache lookup: embedding dim %s does not match the scope's %s", vec.shape[0], idx.vecs.shape[1])
         return None
     sims = idx.vecs @ vec  # (n,) cosines: rows and query are unit vectors
-    lexical_t, intent_t = semantic_threshold(), intent_cosine()
-    k = min(semantic_candidates(), len(sims))
+    cfg = cache_config()
+    lexical_t, intent_t = cfg.semantic_threshold, cfg.intent_cosine
+    k = min(cfg.semantic_candidates, len(sims))
     top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
-    top = [int(i) for i in top[np.argsort(-sims[top])] if sims[i] >= min(lexical_t, intent_t)]
-    if not top:
+    candidates = [int(i) for i in top[np.argsort(-sims[top])] if sims[i] >= min(lexical_t, intent_t)]
+    if not candidates:
         return None
-    model = get_intent_model() if intent_confidence() <= 1.0 else None
+    model = get_intent_model() if cfg.intent_confidence <= 1.0 else None
     if model is not None and model.dim != vec.shape[0]:
         model = None
-    resolved = model.resolve(np.vstack([vec[None, :], idx.vecs[top]])) if model is not None else None
+    resolved = model.resolve(np.vstack([vec[None, :], idx.vecs[candidates]])) if model is not None else None
     passing: list[tuple[int, float, str]] = []  # (index row, cosine, rule)
-    for n, i in enumerate(top):
+    for n, i in enumerate(candidates):
         sim = float(sims[i])
         verdict = semantic_verdict(
-            question, idx.questions[i], similarity=sim,
+            question,
+            idx.questions[i],
+            similarity=sim,
             resolved=(resolved[0], resolved[n + 1]) if resolved is not None else None,
-            lexical_threshold=lexical_t, intent_threshold=intent_t, intent_confidence=intent_confidence(),
-            max_extra=guard_max_extra(),
+            lexical_threshold=lexical_t,
+            intent_threshold=intent_t,
+            intent_confidence=cfg.intent_confidence,
+            max_extra=cfg.guard_max_extra,
         )
         if verdict.ok:
             passing.append((i, sim, verdict.rule))
@@ -427,8 +398,9 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         return None
     rows = {
         r[0]: r
-        for r in CachedAnswer.objects.filter(id__in=[int(idx.ids[i]) for i, _, _ in passing], expires_at__gt=now)
-        .values_list("id", "answer", "model", "question")
+        for r in CachedAnswer.objects.filter(
+            id__in=[int(idx.ids[i]) for i, _, _ in passing], expires_at__gt=now
+        ).values_list("id", "answer", "model", "question")
     }
     live = [(i, sim, rule) for i, sim, rule in passing if int(idx.ids[i]) in rows]
     if not live:
@@ -438,12 +410,19 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     # Two cached questions both fit and their answers differ: unless the best is clearly closer,
     # which one is right is a guess, and a wrong guess is a false hit. A miss costs one model call.
     for i, sim, _ in live[1:]:
-        if best_sim - sim < ambiguity_margin() and rows[int(idx.ids[i])][1] != best[1]:
+        if best_sim - sim < cfg.ambiguity_margin and rows[int(idx.ids[i])][1] != best[1]:
             log.debug("cache: %r ambiguous between %r and %r", question, best[3], rows[int(idx.ids[i])][3])
             return None
     _record_hit(best[0])
-    return CacheHit(answer=best[1], route=ROUTE_SEMANTIC, similarity=best_sim, entry_id=best[0], model=best[2],
-                    question=best[3], rule=rule)
+    return CacheHit(
+        answer=best[1],
+        route=ROUTE_SEMANTIC,
+        similarity=best_sim,
+        entry_id=best[0],
+        model=best[2],
+        question=best[3],
+        rule=rule,
+    )
 
 
 # --- Store -------------------------------------------------------------------------------------------
@@ -506,8 +485,13 @@ def store(
             )
     except IntegrityError:
         return False  # another worker stored the same key a moment ago
-    payload: ExactEntry = {"id": entry.id, "answer": answer, "model": model, "question": question,
-                           "created_at": entry.created_at.isoformat()}
+    payload: ExactEntry = {
+        "id": entry.id,
+        "answer": answer,
+        "model": model,
+        "question": question,
+        "created_at": entry.created_at.isoformat(),
+    }
     # On commit: inside a caller's transaction that rolls back, the store must not learn the row.
     transaction.on_commit(
         lambda: _exact_set(scope, kh, payload, expires_at=entry.expires_at, now=timezone.now()), robust=True
@@ -591,10 +575,12 @@ def _delete_rows(rows: Sequence[tuple[int, str, str]]) -> None:
 def enforce_size_bound() -> int:
     """Delete expired entries, then the oldest beyond ``KEFU_CACHE_MAX_ENTRIES``; returns how many."""
     removed = purge_expired()
-    bound = max_entries()
+    bound = cache_config().max_entries
     total = CachedAnswer.objects.count()
     if total > bound:
-        cut = list(CachedAnswer.objects.order_by("created_at", "id").values_list("id", "scope", "key_hash")[: total - bound])
+        cut = list(
+            CachedAnswer.objects.order_by("created_at", "id").values_list("id", "scope", "key_hash")[: total - bound]
+        )
         _delete_rows(cut)
         _forget()
         removed += len(cut)

@@ -15,6 +15,7 @@ alone separates them. :func:`guard` therefore blocks a semantic hit when
 Chinese has no spaces: each CJK character outside a small stop-character set is a content unit.
 The guard is symmetric and pure (no Django, no model): ``guard(a, b) == guard(b, a)``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,42 +23,259 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from lib.text import CJK_CLASS
+
 from .normalise import exact_key_text
 
-_CJK = r"\u3400-\u9fff\uf900-\ufaff"
+_CJK = CJK_CLASS
 _TOKEN = re.compile(rf"[{_CJK}]|[a-z]+|\d+(?:\.\d+)?")
 
 # Function words, question words, politeness and generic "I want to..." verbs: they do not change
 # which answer is right. Kept small on purpose: a word missing here only costs a miss.
-STOPWORDS_EN = frozenset("""
-a an the to of in on at for from by with about as into onto over under up out off than then
-i me my mine myself we us our you your yours he him his she her it its they them their this that these those
-is am are was were be been being do does did doing have has had having will would shall should can could
-may might must ought get got getting gets
-what which who whom whose when where why how whether if or and but so because while also too just
-please pls plz kindly thanks thank thx hi hello hey dear sir madam ok okay yes yeah well
-want wanna need needs like would love wish trying try tried help assist know tell let show see
-there here some any all each every much many more most very really quite still already again
-possible way ways able going gonna one someone somebody something anything thing things
-""".split())
+STOPWORDS_EN = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "for",
+        "from",
+        "by",
+        "with",
+        "about",
+        "as",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "up",
+        "out",
+        "off",
+        "than",
+        "then",
+        "i",
+        "me",
+        "my",
+        "mine",
+        "myself",
+        "we",
+        "us",
+        "our",
+        "you",
+        "your",
+        "yours",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "is",
+        "am",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "have",
+        "has",
+        "had",
+        "having",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "ought",
+        "get",
+        "got",
+        "getting",
+        "gets",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "whether",
+        "if",
+        "or",
+        "and",
+        "but",
+        "so",
+        "because",
+        "while",
+        "also",
+        "too",
+        "just",
+        "please",
+        "pls",
+        "plz",
+        "kindly",
+        "thanks",
+        "thank",
+        "thx",
+        "hi",
+        "hello",
+        "hey",
+        "dear",
+        "sir",
+        "madam",
+        "ok",
+        "okay",
+        "yes",
+        "yeah",
+        "well",
+        "want",
+        "wanna",
+        "need",
+        "needs",
+        "like",
+        "would",
+        "love",
+        "wish",
+        "trying",
+        "try",
+        "tried",
+        "help",
+        "assist",
+        "know",
+        "tell",
+        "let",
+        "show",
+        "see",
+        "there",
+        "here",
+        "some",
+        "any",
+        "all",
+        "each",
+        "every",
+        "much",
+        "many",
+        "more",
+        "most",
+        "very",
+        "really",
+        "quite",
+        "still",
+        "already",
+        "again",
+        "possible",
+        "way",
+        "ways",
+        "able",
+        "going",
+        "gonna",
+        "one",
+        "someone",
+        "somebody",
+        "something",
+        "anything",
+        "thing",
+        "things",
+    ]
+)
 # Chinese characters that carry no key meaning (particles, pronouns, auxiliaries, question words).
-STOPCHARS_ZH = frozenset("的了吗呢吧啊呀么嘛哦噢我你您他她它们这那是在有和与及或就都也还要想请问能可以会该怎样么什哪个把被给让对吧嗯哈啦")
+STOPCHARS_ZH = frozenset(
+    "的了吗呢吧啊呀么嘛哦噢我你您他她它们这那是在有和与及或就都也还要想请问能可以会该怎样么什哪个把被给让对吧嗯哈啦"
+)
 
 # Negations. Apostrophes are removed by exact_key_text, so "don't" arrives as "dont".
-NEGATIONS_EN = frozenset("""
-not no never none nothing nobody nowhere neither nor without cannot cant dont doesnt didnt
-isnt arent wasnt werent wont wouldnt shouldnt couldnt havent hasnt hadnt aint unable fail failed
-""".split())
+NEGATIONS_EN = frozenset(
+    [
+        "not",
+        "no",
+        "never",
+        "none",
+        "nothing",
+        "nobody",
+        "nowhere",
+        "neither",
+        "nor",
+        "without",
+        "cannot",
+        "cant",
+        "dont",
+        "doesnt",
+        "didnt",
+        "isnt",
+        "arent",
+        "wasnt",
+        "werent",
+        "wont",
+        "wouldnt",
+        "shouldnt",
+        "couldnt",
+        "havent",
+        "hasnt",
+        "hadnt",
+        "aint",
+        "unable",
+        "fail",
+        "failed",
+    ]
+)
 _NEG_ZH = re.compile(r"没|不|未|无|别|非|勿")
 # "能不能", "是不是", "有没有": an A-not-A question, not a negation.
 _A_NOT_A = re.compile(rf"([{_CJK}])(?:不|没)\1")
 
 NUMBER_WORDS = {
-    "zero": "0", "one": "1", "once": "1x", "single": "1", "two": "2", "twice": "2x", "double": "2x",
-    "three": "3", "thrice": "3x", "triple": "3x", "four": "4", "five": "5", "six": "6", "seven": "7",
-    "eight": "8", "nine": "9", "ten": "10", "first": "1st", "second": "2nd", "third": "3rd",
-    "一": "1", "两": "2", "二": "2", "三": "3", "四": "4", "五": "5", "六": "6", "七": "7", "八": "8",
-    "九": "9", "十": "10",
+    "zero": "0",
+    "one": "1",
+    "once": "1x",
+    "single": "1",
+    "two": "2",
+    "twice": "2x",
+    "double": "2x",
+    "three": "3",
+    "thrice": "3x",
+    "triple": "3x",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+    "first": "1st",
+    "second": "2nd",
+    "third": "3rd",
+    "一": "1",
+    "两": "2",
+    "二": "2",
+    "三": "3",
+    "四": "4",
+    "五": "5",
+    "六": "6",
+    "七": "7",
+    "八": "8",
+    "九": "9",
+    "十": "10",
 }
 # "one" and "first" are too often not numbers ("the blue one", "first time"): numbers only when
 # they follow or precede a counted noun is more than this guard needs; we keep them as content.
@@ -65,16 +283,56 @@ _AMBIGUOUS_NUMBER_WORDS = frozenset({"one", "first", "second", "single", "double
 
 # A few e-commerce synonyms mapped to one lemma so common paraphrases stay hits.
 SYNONYMS = {
-    "purchase": "order", "purchased": "order", "bought": "buy", "parcel": "package", "shipment": "package",
-    "delivery": "ship", "deliver": "ship", "delivered": "ship", "shipping": "ship", "shipped": "ship",
-    "send": "ship", "sent": "ship", "arrive": "ship", "arrival": "ship", "cost": "price", "fee": "price",
-    "fees": "price", "charge": "charge", "charged": "charge", "money": "refund", "reimbursement": "refund",
-    "reimburse": "refund", "return": "return", "returning": "return", "mail": "email", "e": "",
-    "cellphone": "phone", "telephone": "phone", "mobile": "phone", "acct": "account", "pwd": "password",
-    "delete": "remove", "erase": "remove", "modify": "change", "edit": "change", "update": "change",
-    "alter": "change", "terminate": "cancel", "cancellation": "cancel", "canceled": "cancel",
-    "cancelled": "cancel", "quickly": "fast", "quick": "fast", "rapid": "fast", "big": "large",
-    "huge": "large", "small": "small", "tiny": "small", "reach": "contact", "speak": "talk",
+    "purchase": "order",
+    "purchased": "order",
+    "bought": "buy",
+    "parcel": "package",
+    "shipment": "package",
+    "delivery": "ship",
+    "deliver": "ship",
+    "delivered": "ship",
+    "shipping": "ship",
+    "shipped": "ship",
+    "send": "ship",
+    "sent": "ship",
+    "arrive": "ship",
+    "arrival": "ship",
+    "cost": "price",
+    "fee": "price",
+    "fees": "price",
+    "charge": "charge",
+    "charged": "charge",
+    "money": "refund",
+    "reimbursement": "refund",
+    "reimburse": "refund",
+    "return": "return",
+    "returning": "return",
+    "mail": "email",
+    "e": "",
+    "cellphone": "phone",
+    "telephone": "phone",
+    "mobile": "phone",
+    "acct": "account",
+    "pwd": "password",
+    "delete": "remove",
+    "erase": "remove",
+    "modify": "change",
+    "edit": "change",
+    "update": "change",
+    "alter": "change",
+    "terminate": "cancel",
+    "cancellation": "cancel",
+    "canceled": "cancel",
+    "cancelled": "cancel",
+    "quickly": "fast",
+    "quick": "fast",
+    "rapid": "fast",
+    "big": "large",
+    "huge": "large",
+    "small": "small",
+    "tiny": "small",
+    "reach": "contact",
+    "speak": "talk",
 }
 
 
@@ -85,9 +343,7 @@ def _lemma(word: str) -> str:
         w = w[:-3] + "y"
     elif len(w) > 4 and w.endswith("ing"):
         w = w[:-3]
-    elif len(w) > 4 and w.endswith("ed"):
-        w = w[:-2]
-    elif len(w) > 3 and w.endswith("es") and w[-3] in "sxz":
+    elif (len(w) > 4 and w.endswith("ed")) or (len(w) > 3 and w.endswith("es") and w[-3] in "sxz"):
         w = w[:-2]
     elif len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
         w = w[:-1]
@@ -234,8 +490,12 @@ def hard_guard(question_a: str, question_b: str) -> tuple[bool, str]:
     if question_kinds(question_a) != question_kinds(question_b):
         return False, "question_kind_differs"
     seq_a, seq_b = _content_sequence(question_a), _content_sequence(question_b)
-    if (seq_a != seq_b and sorted(seq_a) == sorted(seq_b)
-            and _DIRECTED.search(exact_key_text(question_a)) and _DIRECTED.search(exact_key_text(question_b))):
+    if (
+        seq_a != seq_b
+        and sorted(seq_a) == sorted(seq_b)
+        and _DIRECTED.search(exact_key_text(question_a))
+        and _DIRECTED.search(exact_key_text(question_b))
+    ):
         return False, "order_differs"
     return True, "ok"
 

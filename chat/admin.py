@@ -24,8 +24,18 @@ class ConversationAdmin(admin.ModelAdmin):
     list_display = ("id", "status", "agent_name", "locale", "last_seq", "waiting_since", "updated_at")
     list_filter = ("status", "locale")
     readonly_fields = (
-        "id", "token_hash", "last_seq", "answered_seq", "owner_epoch", "agent", "agent_name", "waiting_since",
-        "handoff_reason", "handoff_packet", "created_at", "updated_at",
+        "id",
+        "token_hash",
+        "last_seq",
+        "answered_seq",
+        "owner_epoch",
+        "agent",
+        "agent_name",
+        "waiting_since",
+        "handoff_reason",
+        "handoff_packet",
+        "created_at",
+        "updated_at",
     )
     inlines = [MessageInline, InternalNoteInline]
 

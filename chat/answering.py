@@ -8,23 +8,20 @@ A message sent while an answer streams is stored at once and answered after it.
 The loop runs detached from any socket: a shopper who closes the tab mid-answer still finds the
 whole answer stored when they come back.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import replace
-from decimal import Decimal
 
 from channels.db import database_sync_to_async
 
-from routing import answers, context, singleflight, strategy
-from routing.ledger import CallContext
-from routing.providers.base import ProviderError, StreamDone, TextDelta
+from routing import services as router
+from routing.types import History, HistoryLoader, Question
 
-from . import events, fencing, handoff, services, streams
+from . import events, fencing, handoff, selectors, services, streams, tasks
 from .models import Conversation, ConversationStatus, Message
 
 log = logging.getLogger(__name__)
@@ -80,36 +77,49 @@ async def _drain(conversation_id: uuid.UUID) -> None:
                 log.exception("answering message %s of %s failed", message.seq, conversation_id)
                 await events.publish(
                     conversation_id,
-                    {"type": "error", "code": "unavailable", "message": "Sorry, something went wrong answering that. Please try again."},
+                    {
+                        "type": "error",
+                        "code": "unavailable",
+                        "message": "Sorry, something went wrong answering that. Please try again.",
+                    },
                 )
     finally:
         if _running.get(conversation_id) is asyncio.current_task():
             del _running[conversation_id]
 
 
-async def _cache_store(*, message: Message, decision: strategy.Decision, text: str, model: str) -> None:
-    """Offer a finished remote answer to the answer cache (its policy refuses personal data,
-    follow-ups and the like), keyed on the standalone rewrite of a follow-up when there is one.
-    After stream.end: the shopper never waits for it."""
-    from cache_layer import services as cache
+def prepare(*, text: str, locale: str) -> None:
+    """As a shopper message arrives, before it is stored: let the router start classifying it
+    (``routing.services.answer_prepare``). ``locale``: the conversation's."""
+    router.answer_prepare(text=text, locale=locale)
 
-    try:
-        await database_sync_to_async(cache.store)(
-            question=decision.cache_question or message.text, answer=text, scope=decision.cache_scope, embedding=decision.cache_vector,
-            route=decision.route, model=model, grounded_on=decision.grounded_on,
-            prompt_version=strategy.context.SYSTEM_PROMPT_VERSION, cut=False, locale=decision.locale,
+
+def question_of(message: Message, conversation: Conversation) -> Question:
+    """The router's view of a stored shopper message: plain values only."""
+    return Question(
+        conversation_id=conversation.id,
+        message_id=message.pk,
+        seq=message.seq,
+        text=message.text,
+        locale=conversation.locale,
+    )
+
+
+def history_loader(conversation_id: uuid.UUID) -> HistoryLoader:
+    """The conversation's history for the router's prompt: its last turns before a seq and its
+    rolling summary, in one thread hop (``chat.selectors.prompt_history``)."""
+
+    async def load(*, before_seq: int, turns: int) -> History:
+        rows, past = await database_sync_to_async(selectors.prompt_history)(
+            conversation_id=conversation_id, before_seq=before_seq, turns=turns
         )
-    except Exception:  # the cache is an optimisation: a failure to store is logged, not shown
-        log.exception("storing answer %s in the cache failed", message.pk)
+        return History(turns=[(m.role, m.text) for m in rows if m.text], summary=past)
 
-
-async def _fixed(text: str) -> AsyncIterator[TextDelta | StreamDone]:
-    for piece in answers.chunks(text):
-        yield TextDelta(piece)
+    return load
 
 
 async def answer_message(conversation: Conversation, message: Message) -> None:
-    """Decide who answers ``message``, stream the answer to the conversation and store it.
+    """Ask the router who answers ``message``, stream the answer to the conversation and store it.
 
     Frames published, in order: ``stream.start``, ``stream.delta``..., ``stream.end`` (then a
     ``status`` frame for a handoff, or an ``error`` frame when a failure cut the answer).
@@ -123,33 +133,21 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         return  # an agent holds the conversation: the bot stays silent
     cid = conversation.id
     received_at = message.created_at.timestamp()
-    decision = await strategy.decide(conversation=conversation, message=message)
-
-    source: AsyncIterator[TextDelta | StreamDone]
-    first: asyncio.Future[TextDelta | StreamDone] | None = None
-    if decision.request is not None and decision.provider is not None:
-        # Identical cacheable questions in flight at once share one upstream call (routing.singleflight).
-        source = singleflight.open_stream(decision, question=decision.cache_question or message.text,
-                                          context=CallContext(conversation_id=cid, message_id=message.pk))
-        # Open the upstream request now, while the bot row is written: saves a DB round trip of TTFT.
-        first = asyncio.ensure_future(anext(source))
+    answer = await router.answer_open(question=question_of(message, conversation), history=history_loader(cid))
+    if answer.remote:
         await asyncio.sleep(0)  # let it send the request before the row write competes for the GIL
-    else:
-        source = _fixed(decision.text or "")
 
     try:
         bot, epoch = await database_sync_to_async(services.bot_message_begin)(
-            conversation_id=cid, reply_to_seq=message.seq, route=decision.route
+            conversation_id=cid, reply_to_seq=message.seq, route=answer.route
         )
     except services.AgentHolds:  # taken over since the message was claimed: the bot stays silent
-        if first is not None:
-            first.cancel()
-        aclose = getattr(source, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await answer.close()
         return
-    await streams.begin(message_id=bot.pk, seq=bot.seq, route=decision.route)
-    await events.publish(cid, {"type": "stream.start", "id": bot.pk, "seq": bot.seq, "role": "bot", "route": decision.route})
+    await streams.begin(message_id=bot.pk, seq=bot.seq, route=answer.route)
+    await events.publish(
+        cid, {"type": "stream.start", "id": bot.pk, "seq": bot.seq, "role": "bot", "route": answer.route}
+    )
 
     parts: list[str] = []
     sent = 0  # code points streamed so far
@@ -169,65 +167,27 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         sent += len(piece)
 
     fence = fencing.watch(cid, epoch)  # released below, after the last possible delta
-    done: StreamDone | None = None
-    failure: ProviderError | None = None
-    crashed = False
-    fenced = False
+    cut = fenced = False
     try:
-        while True:
-            try:
-                item = await first if first is not None else await anext(source)
-            except StopAsyncIteration:
-                break
-            first = None
-            if isinstance(item, StreamDone):
-                done = item
-                continue
-            if item.text:
-                await emit(item.text)
+        async for piece in answer.stream():
+            await emit(piece)
     except fencing.Fenced:
-        fenced = True
-    except ProviderError as e:
-        failure = e
-        log.warning("remote model failed (%s, %s): %s", decision.route, e.code, e)
+        cut = fenced = True
+    except router.AnswerCut as e:
+        log.warning("remote answer to message %s broke after its first token (%s)", message.seq, e.code)
+        cut = True
     except Exception:  # not the provider's fault: still end the stream (stored as cut), then report
         log.exception("answer stream of message %s failed", bot.pk)
-        crashed = True
-    finally:
-        if first is not None:
-            first.cancel()
-        aclose = getattr(source, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-    cut = crashed or fenced
-    if failure is not None and not parts and not fenced:
-        # Nothing reached the shopper yet: fall back to a polite handoff, streamed like any answer.
-        decision = strategy.handoff_decision(locale=decision.locale, reason=f"remote model failed: {failure.code}")
-        try:
-            for piece in answers.chunks(decision.text or ""):
-                await emit(piece)
-        except fencing.Fenced:
-            fenced = cut = True
-    elif failure is not None:
         cut = True
+    finally:
+        await answer.close()
     await fencing.release(fence)
 
-    # decision.route is the route that answered: a tier fallback (routing.resilience) or the
-    # handoff above changed it since stream.start, and stream.end is authoritative.
-    route, text = decision.route, "".join(parts)
-    record_args = dict(decision=decision, route=route, text=text, done=done, ttft_ms=ttft_ms,
-                       latency_ms=(time.time() - received_at) * 1000, cut=cut)
-    if route.startswith("llm.") and done is None:
-        # No usage from the upstream: tokens are counted, and the tokenizer's first load takes
-        # seconds, so not on the event loop.
-        record = await asyncio.to_thread(strategy.answer_record, **record_args)
-    else:
-        record = strategy.answer_record(**record_args)
-    if route.startswith("llm.") and singleflight.is_follower(source):
-        # Another question's upstream call answered this one: no tokens or cost of its own; the
-        # cost of that call is what this answer saved (routing.singleflight).
-        record = replace(record, prompt_tokens=0, completion_tokens=0, cost_usd=Decimal("0"), saved_usd=record.cost_usd)
+    # answer.route is the route that answered: a tier fallback or a handoff after a failure
+    # changed it since stream.start, and stream.end is authoritative.
+    record = await answer.finish(
+        text="".join(parts), ttft_ms=ttft_ms, latency_ms=(time.time() - received_at) * 1000, cut=cut
+    )
     bot = await database_sync_to_async(services.bot_message_finish)(message_id=bot.pk, record=record)
     await streams.end(bot.pk)
     await events.publish(cid, events.stream_end_frame(bot))
@@ -235,24 +195,18 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         return  # an agent took over (or the owner changed): the stored cut answer is all
     # Turns that left the prompt window are folded into the rolling summary, in the background.
     try:
-        await context.maybe_summarise_async(conversation_id=cid)
+        await tasks.maybe_summarise_async(conversation_id=cid)
     except Exception:  # a summary serves later prompts: a failure to start one is logged, never shown
         log.exception("starting the summary of %s failed", cid)
     if cut:
-        await events.publish(cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."})
-    elif route.startswith("llm.") and decision.cache_scope and text:
-        await _cache_store(message=message, decision=decision, text=text, model=bot.model)
-    elif route == "cache.semantic" and decision.cache_entry_id is not None:
-        # A sampled share of semantic hits is re-answered in the background and compared: the
-        # measured false-hit rate per intent (cache_layer.audit). Never waited for.
-        from cache_layer import audit
-
-        try:
-            await audit.maybe_audit_async(entry_id=decision.cache_entry_id,
-                                          question=decision.cache_question or message.text, message_id=message.pk)
-        except Exception:  # an audit is a measurement: a failure is logged, never shown
-            log.exception("sampling cache hit %s for audit failed", decision.cache_entry_id)
-    if route == "handoff" or decision.queue_for_agent:
+        await events.publish(
+            cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."}
+        )
+    else:
+        await answer.after_end()
+    if answer.queue_for_agent:
         # Queue it with the escalation packet; ``status`` ``waiting_agent`` is sent after every
         # handoff answer, even when the conversation was already waiting.
-        await handoff.escalate(conversation_id=cid, message=message, route=route, reason=decision.reason, locale=decision.locale)
+        await handoff.escalate(
+            conversation_id=cid, message=message, route=answer.route, reason=answer.reason, locale=answer.locale
+        )

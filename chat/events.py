@@ -5,6 +5,7 @@ Group event shape: ``{"type": "chat.frame", "frame": <protocol frame>}`` plus, f
 ``"pos"`` (code points of the answer before this delta) so a socket that joined mid-stream and
 already got the text so far can drop what it has (see ``ShopperConsumer.chat_frame``).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -13,6 +14,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from . import fencing
 from .models import Message
 from .protocol import MessageFrame, StreamEndFrame, Usage
 
@@ -77,7 +79,9 @@ async def publish(conversation_id: uuid.UUID | str, frame: Any, **extra: Any) ->
     changes are also summarised to every agent console (group ``agents``)."""
     layer = get_channel_layer()
     cid = str(conversation_id)
-    await layer.group_send(conversation_group(cid), {"type": "chat.frame", "frame": frame, "conversation": cid, **extra})
+    await layer.group_send(
+        conversation_group(cid), {"type": "chat.frame", "frame": frame, "conversation": cid, **extra}
+    )
     if frame.get("type") in _LISTED:
         await publish_agents(_list_update(cid, frame))
 
@@ -124,8 +128,6 @@ async def publish_owner_change(*, conversation_id: uuid.UUID, status: str, agent
     every process (``chat.fencing``), then send the ``status`` frame (with ``agent`` when one
     holds it) to the conversation and the console list. The event carries ``epoch`` so shopper
     sockets drop bot deltas of older epochs still in flight."""
-    from . import fencing
-
     await fencing.publish_epoch(uuid.UUID(str(conversation_id)), epoch)
     frame: dict[str, Any] = {"type": "status", "status": status}
     if agent:

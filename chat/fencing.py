@@ -17,6 +17,7 @@ A stream started under epoch N is broken by any epoch > N. The shopper socket al
 event (``ShopperConsumer.chat_frame``), so a delta still in flight from another process cannot
 overtake the take-over's status frame.
 """
+
 from __future__ import annotations
 
 import asyncio

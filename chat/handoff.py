@@ -16,6 +16,7 @@ Packet shape (stored in ``Conversation.handoff_packet``, sent in the console's `
       "at": str                   # ISO 8601, UTC
     }
 """
+
 from __future__ import annotations
 
 import uuid
@@ -24,10 +25,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from routing import strategy
+from routing import services as router
 
 from . import events, presence, services
 from .models import Conversation, ConversationStatus, Message, Role
+from .selectors import console_rows
 
 NO_AGENT_NOTICE = {
     "en": "No one from our team is online right now. Your conversation is in the queue and a person "
@@ -45,8 +47,7 @@ def _snippet(text: str, n: int = SNIPPET) -> str:
 
 def matched_request(text: str) -> str:
     """The words of ``text`` that match routing's request-a-person rules, or ""."""
-    m = strategy.HUMAN_EN.search(text) or strategy.HUMAN_ZH.search(text)
-    return m.group(0) if m else ""
+    return router.person_request_words(text)
 
 
 def rule_of(*, text: str, route: str, reason: str) -> str:
@@ -86,13 +87,16 @@ def build_packet(*, conversation_id: uuid.UUID, message: Message, route: str, re
         "shopper_request": {"seq": message.seq, "text": message.text[:2000]},
         "summary": "\n".join(lines)[:400],
         "bot_told": [
-            {"seq": b["seq"], "route": b["route"], "text": _snippet(b["text"], 400), "cut": b["cut"]} for b in bots[-BOT_TOLD_MAX:]
+            {"seq": b["seq"], "route": b["route"], "text": _snippet(b["text"], 400), "cut": b["cut"]}
+            for b in bots[-BOT_TOLD_MAX:]
         ],
         "at": timezone.now().isoformat(),
     }
 
 
-def _escalate(*, conversation_id: uuid.UUID, message: Message, route: str, reason: str, locale: str) -> services.Escalation:
+def _escalate(
+    *, conversation_id: uuid.UUID, message: Message, route: str, reason: str, locale: str
+) -> services.Escalation:
     packet = build_packet(conversation_id=conversation_id, message=message, route=route, reason=reason)
     notice = None if presence.agents_online() > 0 else NO_AGENT_NOTICE.get(locale, NO_AGENT_NOTICE["en"])
     return services.conversation_escalate(
@@ -116,12 +120,12 @@ async def escalate(*, conversation_id: uuid.UUID, message: Message, route: str, 
     if esc.entered:
         row = await database_sync_to_async(conversation_row)(conversation_id=conversation_id)
         if row is not None:
-            await events.publish_agents({"type": "handoff", "conversation": row["id"], "info": row, "packet": esc.packet})
+            await events.publish_agents(
+                {"type": "handoff", "conversation": row["id"], "info": row, "packet": esc.packet}
+            )
 
 
 def conversation_row(*, conversation_id: uuid.UUID) -> dict[str, Any] | None:
     """One row of the console list (``chat.selectors.console_rows`` shape), or None."""
-    from .selectors import console_rows
-
     rows = console_rows(queryset=Conversation.objects.filter(pk=conversation_id))
     return rows[0] if rows else None

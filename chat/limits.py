@@ -2,31 +2,18 @@
 messages per minute. Message rate uses the ``limits`` library's moving window (in memory, or in
 Redis when ``REDIS_URL`` is set, so all workers share one budget); the socket count is per process.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 from django.conf import settings
 from limits import parse
-from limits.aio.storage import MemoryStorage, RedisStorage, Storage
-from limits.aio.strategies import MovingWindowRateLimiter
 
-from .loops import PerLoop
+from lib.ratelimit import moving_window
 
 _sockets: Counter[str] = Counter()
-
-
-def _make_limiter() -> MovingWindowRateLimiter:
-    storage: Storage
-    if settings.REDIS_URL:
-        storage = RedisStorage("async+" + settings.REDIS_URL, implementation="redispy", key_prefix="kefu-limits")
-    else:
-        storage = MemoryStorage()
-    return MovingWindowRateLimiter(storage)
-
-
-# One limiter per event loop: an async Redis storage's connections belong to the loop that made them.
-_limiters: PerLoop[MovingWindowRateLimiter] = PerLoop(_make_limiter)
+_limiters = moving_window(key_prefix="kefu-limits")
 
 
 def socket_open(address: str) -> bool:

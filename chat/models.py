@@ -1,5 +1,6 @@
 """Stored conversations and their messages. Nothing a shopper sends is ever lost: every shopper
 message is a row before any answering starts (see ``chat.services.message_receive``)."""
+
 from __future__ import annotations
 
 import uuid

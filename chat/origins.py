@@ -7,6 +7,7 @@ admitted. A request without an Origin header (a server-side integration, not a b
 admitted: the shopper socket is authorised by its conversation token, not by cookies, so there is
 no cross-site request to forge. A refused handshake gets HTTP 403.
 """
+
 from __future__ import annotations
 
 from typing import Any

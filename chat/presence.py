@@ -5,6 +5,7 @@ nobody is online.
 A counter in Django's cache (atomic ``incr``/``decr``). Known gap: a process killed without
 closing its sockets leaves the count too high until the key expires (a day after the last change).
 """
+
 from __future__ import annotations
 
 from django.core.cache import cache

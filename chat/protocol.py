@@ -3,6 +3,7 @@ docs/protocol.md) as a ``TypedDict``, plus the validation of client frames.
 
 Lengths are counted in Unicode code points (``len`` of a Python ``str``).
 """
+
 from __future__ import annotations
 
 import unicodedata

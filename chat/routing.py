@@ -5,6 +5,7 @@ every socket in ``WidgetOriginValidator``). ``/ws/agent/`` is authenticated by t
 cookie, so it also admits only origins on ``ALLOWED_HOSTS``: a storefront's page must not be
 able to open an agent's socket with the agent's cookies (cross-site WebSocket hijacking).
 """
+
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 

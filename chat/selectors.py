@@ -1,10 +1,13 @@
 """Reads of conversations and messages (no writes here)."""
+
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
+
+from routing import services as router
 
 from .models import CannedReply, Conversation, ConversationStatus, InternalNote, Message, MessageState
 
@@ -25,8 +28,15 @@ def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: in
     rows.reverse()
     shopper_idx = [i for i, m in enumerate(rows) if m.role == "shopper"]
     if len(shopper_idx) > turns:
-        rows = rows[shopper_idx[-turns]:]
+        rows = rows[shopper_idx[-turns] :]
     return rows
+
+
+def prompt_history(*, conversation_id: uuid.UUID, before_seq: int, turns: int) -> tuple[list[Message], str]:
+    """What the router's prompt needs of a conversation: :func:`history_for_prompt` and the
+    rolling summary of older turns (``""`` for none). Two queries."""
+    summary = Conversation.objects.filter(pk=conversation_id).values_list("summary", flat=True).first() or ""
+    return history_for_prompt(conversation_id=conversation_id, before_seq=before_seq, turns=turns), summary
 
 
 # --- Agent console (docs/console.md) -------------------------------------------------------------
@@ -50,8 +60,18 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         last_route=Subquery(last.values("route")[:1]),
         last_agent=Subquery(last.values("agent_name")[:1]),
     ).values(
-        "id", "status", "agent_name", "locale", "waiting_since", "updated_at", "handoff_reason",
-        "last_seq_v", "last_role", "last_text", "last_route", "last_agent",
+        "id",
+        "status",
+        "agent_name",
+        "locale",
+        "waiting_since",
+        "updated_at",
+        "handoff_reason",
+        "last_seq_v",
+        "last_role",
+        "last_text",
+        "last_route",
+        "last_agent",
     )
     out = []
     for r in rows:
@@ -62,11 +82,18 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                 last_message["route"] = r["last_route"]
             if r["last_agent"] and r["last_role"] == "agent":
                 last_message["agent"] = r["last_agent"]
-        out.append({
-            "id": str(r["id"]), "status": r["status"], "agent": r["agent_name"], "locale": r["locale"],
-            "waiting_since": _iso(r["waiting_since"]), "updated_at": _iso(r["updated_at"]),
-            "reason": r["handoff_reason"], "last_message": last_message,
-        })
+        out.append(
+            {
+                "id": str(r["id"]),
+                "status": r["status"],
+                "agent": r["agent_name"],
+                "locale": r["locale"],
+                "waiting_since": _iso(r["waiting_since"]),
+                "updated_at": _iso(r["updated_at"]),
+                "reason": r["handoff_reason"],
+                "last_message": last_message,
+            }
+        )
     return out
 
 
@@ -74,10 +101,16 @@ def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
     """The console list, in display order: waiting for an agent (longest wait first), then held
     by an agent (most recent activity first), then the ``bot_rows`` most recently active bot
     conversations that have messages. Closed conversations are not listed. Three queries."""
-    waiting = console_rows(queryset=Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT).order_by("waiting_since", "updated_at"))
+    waiting = console_rows(
+        queryset=Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT).order_by(
+            "waiting_since", "updated_at"
+        )
+    )
     held = console_rows(queryset=Conversation.objects.filter(status=ConversationStatus.AGENT).order_by("-updated_at"))
     bot = console_rows(
-        queryset=Conversation.objects.filter(status=ConversationStatus.BOT, last_seq__gt=0).order_by("-updated_at")[:bot_rows]
+        queryset=Conversation.objects.filter(status=ConversationStatus.BOT, last_seq__gt=0).order_by("-updated_at")[
+            :bot_rows
+        ]
     )
     return waiting + held + bot
 
@@ -86,8 +119,14 @@ def message_item(msg: Message) -> dict[str, Any]:
     """A stored message for agents (transcripts, the console's ``history`` frame):
     ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "model"?, "cut"?, "cached"?, "agent"?,
     "rating"?}``; ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
-    item: dict[str, Any] = {"id": msg.pk, "seq": msg.seq, "role": msg.role, "text": msg.text, "state": msg.state,
-                            "created_at": _iso(msg.created_at)}
+    item: dict[str, Any] = {
+        "id": msg.pk,
+        "seq": msg.seq,
+        "role": msg.role,
+        "text": msg.text,
+        "state": msg.state,
+        "created_at": _iso(msg.created_at),
+    }
     if msg.route:
         item["route"] = msg.route
     if msg.model:
@@ -132,19 +171,20 @@ def conversation_transcript(*, conversation_id: uuid.UUID) -> dict[str, Any] | N
 
 def cache_marks(messages: list[Message]) -> dict[int, str]:
     """Bot messages among ``messages`` (one conversation's) whose cached answer an agent marked
-    wrong: ``{bot message id: username of the agent}``. A mark is a ``CacheAudit`` row with verdict
-    ``agent_wrong`` whose ``message_id`` is the shopper message the answer was served for (the
+    wrong: ``{bot message id: username of the agent}``. A mark is the router's record (an
+    ``agent_wrong`` audit) whose ``message_id`` is the shopper message the answer was served for (the
     bot message's ``reply_to_seq``; see ``services.cache_answer_mark_wrong``). One query, none
     when no message was served from the cache."""
-    from cache_layer.models import CacheAudit
-
     shopper_ids = {m.seq: m.pk for m in messages if m.role == "shopper"}
-    served = {shopper_ids[m.reply_to_seq]: m.pk for m in messages
-              if m.role == "bot" and m.cache_entry_id is not None and m.reply_to_seq in shopper_ids}
+    served = {
+        shopper_ids[m.reply_to_seq]: m.pk
+        for m in messages
+        if m.role == "bot" and m.cache_entry_id is not None and m.reply_to_seq in shopper_ids
+    }
     if not served:
         return {}
-    rows = CacheAudit.objects.filter(verdict=CacheAudit.Verdict.AGENT_WRONG, message_id__in=list(served)).order_by("id")
-    return {served[r.message_id]: r.marked_by for r in rows.only("message_id", "marked_by") if r.message_id in served}
+    marks = router.cached_answer_marks(message_ids=list(served))
+    return {served[shopper_id]: by for shopper_id, by in marks.items() if shopper_id in served}
 
 
 def canned_replies() -> list[dict[str, Any]]:
@@ -162,7 +202,10 @@ def user_is_agent(user: Any) -> bool:
     """True for an active staff user with the agents' permission (``chat.handle_conversations``;
     superusers have every permission). Anonymous users and None are not agents."""
     return bool(
-        user is not None and getattr(user, "is_authenticated", False) and user.is_active and user.is_staff
+        user is not None
+        and getattr(user, "is_authenticated", False)
+        and user.is_active
+        and user.is_staff
         and user.has_perm(AGENT_PERMISSION)
     )
 

@@ -4,6 +4,7 @@ function returned, i.e. after its transaction committed.
 
 All functions are synchronous (the ORM); async callers wrap them in ``database_sync_to_async``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -11,20 +12,20 @@ import hmac
 import secrets
 import uuid
 from dataclasses import dataclass
-from decimal import Decimal
-
-from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
-from django.db.models import F
-from django.db.models import Q as models_Q
-
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.db.models import Q as models_Q
+from django.utils import timezone
+
+from routing import services as router
+from routing.types import AnswerRecord
+
+from .errors import AccessDenied, AgentHolds, InvalidFeedback, NotAgent, NotCached, NotFound, NotOwner
 from .models import Conversation, ConversationStatus, InternalNote, Message, MessageState, Role
-
-
-class AccessDenied(Exception):
-    """The conversation does not exist or the token is not its token (close code 4403)."""
+from .selectors import user_is_agent
 
 
 def _hash_token(token: str) -> str:
@@ -58,7 +59,7 @@ def _next_seq(conversation_id: uuid.UUID) -> tuple[int, int, str, str]:
     Raises ``Conversation.DoesNotExist`` for an unknown conversation.
     """
     table = connection.ops.quote_name(Conversation._meta.db_table)
-    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)  # type: ignore[union-attr]
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET last_seq = last_seq + 1, updated_at = %s WHERE id = %s "
@@ -79,7 +80,7 @@ def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: 
     them (profiled)."""
     conv = connection.ops.quote_name(Conversation._meta.db_table)
     msg = connection.ops.quote_name(Message._meta.db_table)
-    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)  # type: ignore[union-attr]
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {conv} SET answered_seq = %s WHERE id = %s AND NOT EXISTS ("
@@ -154,10 +155,6 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
             return msg, conv
 
 
-class AgentHolds(Exception):
-    """An agent holds the conversation: the bot must not answer (nothing was written)."""
-
-
 def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: str) -> tuple[Message, int]:
     """Create the row of a bot answer that is about to stream (state ``streaming``, empty text).
 
@@ -181,28 +178,6 @@ def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: s
             reply_to_seq=reply_to_seq,
         )
     return msg, int(epoch)
-
-
-@dataclass(frozen=True)
-class AnswerRecord:
-    """How a bot answer ended: text as streamed, route, model, usage (tokens), cost and saving in
-    USD, ``ttft_ms``/``latency_ms`` from the shopper's message being stored, ``cut`` when it
-    stopped before its end, ``cache_entry_id`` the cached answer a ``cache.*`` answer was served
-    from."""
-
-    text: str
-    route: str
-    model: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: Decimal = Decimal("0")
-    saved_usd: Decimal = Decimal("0")
-    ttft_ms: float | None = None
-    latency_ms: float | None = None
-    estimated: bool = False
-    cut: bool = False
-    faq_entry_id: int | None = None
-    cache_entry_id: int | None = None
 
 
 def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message:
@@ -240,32 +215,21 @@ def conversation_set_status(*, conversation_id: uuid.UUID, status: str, reason: 
 def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: object) -> None:
     """Store a shopper's rating (``up``/``down``) of a bot message of their own conversation.
 
-    Raises ``ValueError`` for a bad rating or a message that is not a bot message of this conversation.
+    Raises ``InvalidFeedback`` for a bad rating or a message that is not a bot message of this
+    conversation.
     """
     if rating not in ("up", "down"):
-        raise ValueError("rating must be 'up' or 'down'")
+        raise InvalidFeedback("rating must be 'up' or 'down'")
     if not isinstance(message_id, int) or isinstance(message_id, bool):
-        raise ValueError("message_id must be an integer")
-    updated = Message.objects.filter(pk=message_id, conversation_id=conversation_id, role=Role.BOT).update(rating=rating)
+        raise InvalidFeedback("message_id must be an integer")
+    updated = Message.objects.filter(pk=message_id, conversation_id=conversation_id, role=Role.BOT).update(
+        rating=rating
+    )
     if not updated:
-        raise ValueError("no such bot message in this conversation")
+        raise InvalidFeedback("no such bot message in this conversation")
 
 
 # --- Agent console (docs/console.md) -------------------------------------------------------------
-
-
-class NotFound(Exception):
-    """No such conversation."""
-
-
-class NotOwner(Exception):
-    """The conversation is not held by this agent. ``owner`` is the display name of the agent
-    who holds it ("" when nobody does); ``status`` is the conversation's status."""
-
-    def __init__(self, *, owner: str, status: str) -> None:
-        super().__init__(f"held by {owner!r}" if owner else f"status is {status}")
-        self.owner = owner
-        self.status = status
 
 
 def agent_display_name(user: Any) -> str:
@@ -289,10 +253,16 @@ class OwnerChange:
 
 
 def _owner_state(conversation_id: uuid.UUID, changed: bool) -> OwnerChange:
-    row = Conversation.objects.filter(pk=conversation_id).values("status", "agent_name", "agent_id", "owner_epoch").first()
+    row = (
+        Conversation.objects.filter(pk=conversation_id)
+        .values("status", "agent_name", "agent_id", "owner_epoch")
+        .first()
+    )
     if row is None:
         raise NotFound(str(conversation_id))
-    return OwnerChange(conversation_id, changed, row["status"], row["agent_name"], row["agent_id"], int(row["owner_epoch"]))
+    return OwnerChange(
+        conversation_id, changed, row["status"], row["agent_name"], row["agent_id"], int(row["owner_epoch"])
+    )
 
 
 def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
@@ -310,8 +280,12 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
             Conversation.objects.filter(pk=conversation_id)
             .exclude(status=ConversationStatus.AGENT)
             .update(
-                status=ConversationStatus.AGENT, agent=agent, agent_name=name, owner_epoch=F("owner_epoch") + 1,
-                waiting_since=None, updated_at=timezone.now(),
+                status=ConversationStatus.AGENT,
+                agent=agent,
+                agent_name=name,
+                owner_epoch=F("owner_epoch") + 1,
+                waiting_since=None,
+                updated_at=timezone.now(),
             )
         )
         return _owner_state(conversation_id, bool(won))
@@ -322,7 +296,10 @@ def conversation_hand_back(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
     Raises ``NotOwner`` when ``agent`` does not hold it, ``NotFound``."""
     with transaction.atomic():
         done = Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.AGENT, agent=agent).update(
-            status=ConversationStatus.BOT, agent=None, agent_name="", owner_epoch=F("owner_epoch") + 1,
+            status=ConversationStatus.BOT,
+            agent=None,
+            agent_name="",
+            owner_epoch=F("owner_epoch") + 1,
             updated_at=timezone.now(),
         )
         state = _owner_state(conversation_id, bool(done))
@@ -344,8 +321,12 @@ def conversation_close(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange
             .exclude(status=ConversationStatus.CLOSED)
             .filter(~models_Q(status=ConversationStatus.AGENT) | models_Q(agent=agent))
             .update(
-                status=ConversationStatus.CLOSED, agent=None, agent_name="", waiting_since=None,
-                owner_epoch=F("owner_epoch") + 1, updated_at=timezone.now(),
+                status=ConversationStatus.CLOSED,
+                agent=None,
+                agent_name="",
+                waiting_since=None,
+                owner_epoch=F("owner_epoch") + 1,
+                updated_at=timezone.now(),
             )
         )
         state = _owner_state(conversation_id, bool(done))
@@ -376,7 +357,11 @@ def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, cli
                 transaction.set_rollback(True)
                 raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
             msg = Message.objects.create(
-                conversation_id=conversation_id, seq=seq, role=Role.AGENT, text=text, agent_name=owner[1],
+                conversation_id=conversation_id,
+                seq=seq,
+                role=Role.AGENT,
+                text=text,
+                agent_name=owner[1],
                 client_id=client_id,
             )
     except IntegrityError:
@@ -412,8 +397,11 @@ def conversation_escalate(
         now = timezone.now()
         entered = bool(
             Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.BOT).update(
-                status=ConversationStatus.WAITING_AGENT, waiting_since=now, handoff_reason=reason[:200],
-                handoff_packet=packet, updated_at=now,
+                status=ConversationStatus.WAITING_AGENT,
+                waiting_since=now,
+                handoff_reason=reason[:200],
+                handoff_packet=packet,
+                updated_at=now,
             )
         )
         if not entered:
@@ -423,8 +411,12 @@ def conversation_escalate(
         notice = None
         if entered and no_agent_notice:
             seq = _next_seq(conversation_id)[0]
-            notice = Message.objects.create(conversation_id=conversation_id, seq=seq, role=Role.SYSTEM, text=no_agent_notice)
-        status, waiting_since = Conversation.objects.filter(pk=conversation_id).values_list("status", "waiting_since").get()
+            notice = Message.objects.create(
+                conversation_id=conversation_id, seq=seq, role=Role.SYSTEM, text=no_agent_notice
+            )
+        status, waiting_since = (
+            Conversation.objects.filter(pk=conversation_id).values_list("status", "waiting_since").get()
+        )
     return Escalation(entered=entered, status=status, packet=packet, waiting_since=waiting_since, notice=notice)
 
 
@@ -435,15 +427,6 @@ def note_add(*, conversation_id: uuid.UUID, author: Any, text: str) -> InternalN
     return InternalNote.objects.create(
         conversation_id=conversation_id, author=author, author_name=agent_display_name(author), text=text
     )
-
-
-class NotCached(Exception):
-    """The message is not a bot answer served from the answer cache (route ``cache.*`` with the
-    entry it was served from recorded)."""
-
-
-class NotAgent(Exception):
-    """The user is no longer an agent (deactivated, or the permission was taken away)."""
 
 
 @dataclass(frozen=True)
@@ -459,8 +442,8 @@ class CacheWrongResult:
 
 def cache_answer_mark_wrong(*, conversation_id: uuid.UUID, message_id: int, agent: Any) -> CacheWrongResult:
     """An agent says the cached answer of bot message ``message_id`` was wrong: evict the cached
-    entry it was served from and record the mark (``cache_layer.audit.mark_wrong``: a
-    ``CacheAudit`` row with verdict ``agent_wrong``, a false hit in the measured rate).
+    entry it was served from and record the mark (``routing.services.cached_answer_mark_wrong``:
+    an ``agent_wrong`` audit, a false hit in the measured rate).
 
     Any agent may do this, not only the one holding the conversation: the agent is re-read from
     the database (a permission taken away since the socket opened counts). The audit row's
@@ -470,13 +453,8 @@ def cache_answer_mark_wrong(*, conversation_id: uuid.UUID, message_id: int, agen
     Raises ``NotAgent``, ``NotFound`` (no such conversation, or no such message in it) and
     ``NotCached`` (not a bot message served from the cache).
     """
-    from django.contrib.auth import get_user_model
-
-    from cache_layer import audit
-
-    from .selectors import user_is_agent
-
-    fresh = get_user_model().objects.filter(pk=getattr(agent, "pk", None)).first()
+    agent_pk = getattr(agent, "pk", None)
+    fresh = get_user_model().objects.filter(pk=agent_pk).first() if agent_pk is not None else None
     if fresh is None or not user_is_agent(fresh):
         raise NotAgent(str(getattr(agent, "pk", None)))
     if not Conversation.objects.filter(pk=conversation_id).exists():
@@ -498,5 +476,5 @@ def cache_answer_mark_wrong(*, conversation_id: uuid.UUID, message_id: int, agen
             .first()
         )
     entry_id = int(msg["cache_entry_id"])
-    evicted = audit.mark_wrong(entry_id=entry_id, by=fresh.get_username(), message_id=question_id)
+    evicted = router.cached_answer_mark_wrong(entry_id=entry_id, by=fresh.get_username(), message_id=question_id)
     return CacheWrongResult(message_id=message_id, entry_id=entry_id, evicted=evicted)

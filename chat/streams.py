@@ -5,6 +5,7 @@ In-process dict by default; a Redis hash per answer when ``REDIS_URL`` is set, s
 by another worker sees it too. Entries expire after an hour in Redis (a crashed worker's stream
 does not linger) and are removed when the answer ends.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .loops import PerLoop
+from lib.loops import PerLoop
 
 
 @dataclass

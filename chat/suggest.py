@@ -2,39 +2,23 @@
 sent to the shopper and never stored; only what the agent sends is.
 
 The draft answers the conversation's latest shopper message the bot could answer, the way the
-bot would: the FAQ model, the answer cache, then the ``simple`` tier (when configured). Messages
-that only ask for a person (routing's keyword rules) or that the bot would decline or hand off
-are skipped in favour of the shopper's earlier ones (up to ``LOOK_BACK``).
+bot would (``routing.services.reply_suggest``: the FAQ model, the answer cache, then the
+``simple`` tier when configured), looking back over at most ``LOOK_BACK`` shopper messages.
 """
+
 from __future__ import annotations
 
-import logging
 import uuid
-from dataclasses import dataclass
 
 from channels.db import database_sync_to_async
 
-from routing import strategy
-from routing.ledger import CallContext
-from routing.providers.base import ProviderError, TextDelta
-from routing.resilience import stream_with_fallback
+from routing import services as router
+from routing.types import Question, Suggestion
 
+from .answering import history_loader, question_of
 from .models import Conversation, Message, Role
 
-log = logging.getLogger(__name__)
-
 LOOK_BACK = 3
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    """``text`` ("" when nothing could be drafted), the ``route`` that drafted it (``faq``,
-    ``cache.exact``, ``cache.semantic``, ``llm.simple``...; None with no draft) and ``for_seq``,
-    the shopper message it answers."""
-
-    text: str
-    route: str | None
-    for_seq: int | None
 
 
 def _recent(conversation_id: uuid.UUID) -> tuple[Conversation, list[Message]] | None:
@@ -53,19 +37,5 @@ async def draft_reply(*, conversation_id: uuid.UUID) -> Suggestion | None:
     if found is None:
         return None
     conv, shopper_messages = found
-    for msg in shopper_messages:
-        decision = await strategy.decide(conversation=conv, message=msg)
-        if decision.route == "faq" or decision.route.startswith("cache."):
-            return Suggestion(decision.text or "", decision.route, msg.seq)
-        if decision.provider is not None and decision.request is not None:
-            parts: list[str] = []
-            try:
-                async for item in stream_with_fallback(
-                        decision, context=CallContext(conversation_id=conversation_id, purpose="suggestion")):
-                    if isinstance(item, TextDelta):
-                        parts.append(item.text)
-            except ProviderError as e:
-                log.warning("suggested reply for %s failed: %s", conversation_id, e)
-                return Suggestion("", None, None)
-            return Suggestion("".join(parts), decision.route, msg.seq)
-    return Suggestion("", None, None)
+    questions: list[Question] = [question_of(m, conv) for m in shopper_messages]
+    return await router.reply_suggest(questions=questions, history=history_loader(conversation_id))

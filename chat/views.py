@@ -1,19 +1,16 @@
-"""HTTP views: the demo storefront, the health check and the agent console's pages."""
+"""HTTP views: the demo storefront and the agent console's pages."""
+
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
-from django.core.cache import cache
-from django.db import connection
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
 from .selectors import conversation_transcript, user_is_agent
@@ -33,50 +30,6 @@ def storefront(request: HttpRequest) -> HttpResponse:
     response = render(request, "storefront.html", {"lang": lang})
     response["Content-Security-Policy"] = STOREFRONT_CSP
     return response
-
-
-def _check_database() -> str:
-    with connection.cursor() as c:
-        c.execute("SELECT 1")
-    return "ok"
-
-
-def _check_cache() -> str:
-    cache.set("kefu:healthz", "1", 5)
-    return "ok" if cache.get("kefu:healthz") == "1" else "error"
-
-
-async def healthz(request: HttpRequest) -> JsonResponse:
-    """``GET /healthz``: ``{"status", "database", "channel_layer", "cache", "faq_model", "router"}``,
-    each ``ok``/``loading``/``error: ...``; HTTP 200 only when all are ``ok``, else 503. ``router``
-    is the start-up warm-up (``routing.warmup``)."""
-    from routing import warmup
-    from routing.services import registry
-
-    result: dict[str, str] = {}
-    try:
-        result["database"] = await sync_to_async(_check_database)()
-    except Exception as e:  # health checks report failures rather than raise
-        result["database"] = f"error: {type(e).__name__}"
-    try:
-        layer = get_channel_layer()
-        name = await asyncio.wait_for(layer.new_channel(), 2)
-        await asyncio.wait_for(layer.send(name, {"type": "healthz"}), 2)
-        await asyncio.wait_for(layer.receive(name), 2)
-        result["channel_layer"] = "ok"
-    except Exception as e:
-        result["channel_layer"] = f"error: {type(e).__name__}"
-    try:
-        result["cache"] = await sync_to_async(_check_cache)()
-    except Exception as e:
-        result["cache"] = f"error: {type(e).__name__}"
-    if registry.ready:
-        result["faq_model"] = "ok"
-    else:
-        result["faq_model"] = f"error: {registry.error}" if registry.error else "loading"
-    result["router"] = warmup.status()
-    ok = all(v == "ok" for v in result.values())
-    return JsonResponse({"status": "ok" if ok else "unavailable", **result}, status=200 if ok else 503)
 
 
 # --- Agent console (docs/console.md) -------------------------------------------------------------
@@ -127,7 +80,7 @@ class ConsoleLoginView(LoginView):
     redirect_authenticated_user = False
     next_page = "/console/"
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         response = super().dispatch(request, *args, **kwargs)
         response["Content-Security-Policy"] = CONSOLE_CSP
         return response

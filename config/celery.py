@@ -1,4 +1,5 @@
 """The Celery application. Broker is Redis when ``REDIS_URL`` is set; otherwise tasks run eagerly."""
+
 import os
 
 from celery import Celery

@@ -5,6 +5,7 @@ SQLite, the in-memory channel layer, a local-memory cache, Celery tasks run eage
 model. A malformed value (for example ``KEFU_FAQ_MIN_CONFIDENCE=high``) fails at start-up with
 an ImproperlyConfigured error naming the variable and its value (see ``_env``).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,10 @@ def _env(cast: str, name: str, **kwargs: Any) -> Any:
     try:
         return getattr(env, cast)(name, **kwargs)
     except (ValueError, TypeError) as e:
-        raise ImproperlyConfigured(f"environment variable {name}={os.environ.get(name)!r} is not a valid {cast}: {e}") from None
+        raise ImproperlyConfigured(
+            f"environment variable {name}={os.environ.get(name)!r} is not a valid {cast}: {e}"
+        ) from None
+
 
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
 
@@ -46,6 +50,7 @@ INSTALLED_APPS = [
     "chat",
     "routing",
     "cache_layer",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -89,7 +94,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + a busy timeout let Daphne's worker threads write concurrently without "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["OPTIONS"].update(
-        {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -149,8 +158,10 @@ LOGGING = {
 }
 
 # --- Widget and shopper socket limits (docs/protocol.md, limits).
-KEFU_WIDGET_ORIGINS = _env("list", 
-    "KEFU_WIDGET_ORIGINS", default=["http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
+KEFU_WIDGET_ORIGINS = _env(
+    "list",
+    "KEFU_WIDGET_ORIGINS",
+    default=["http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"],
 )
 KEFU_MAX_SOCKETS_PER_IP = _env("int", "KEFU_MAX_SOCKETS_PER_IP", default=16)
 KEFU_MESSAGES_PER_MINUTE_PER_IP = _env("int", "KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
@@ -206,7 +217,9 @@ KEFU_TIERS = {
         "total_timeout_s": _env("float", f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=0.0),
         # Configured on its own (model, base URL or key): the tier classifier may choose it up
         # front (routing/classifier.py). A tier that only inherits OPENAI_* is a fallback only.
-        "dedicated": any(env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")),
+        "dedicated": any(
+            env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")
+        ),
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
@@ -228,6 +241,8 @@ KEFU_CACHE_SEMANTIC_CANDIDATES = _env("int", "KEFU_CACHE_SEMANTIC_CANDIDATES", d
 KEFU_CACHE_INTENT_COSINE = _env("float", "KEFU_CACHE_INTENT_COSINE", default=0.85)
 KEFU_CACHE_INTENT_CONFIDENCE = _env("float", "KEFU_CACHE_INTENT_CONFIDENCE", default=0.7)
 KEFU_CACHE_AMBIGUITY_MARGIN = _env("float", "KEFU_CACHE_AMBIGUITY_MARGIN", default=0.03)
+# How stale a scope's in-memory index may be about other workers' new entries, ms (0 = always check).
+KEFU_CACHE_INDEX_REFRESH_MS = _env("float", "KEFU_CACHE_INDEX_REFRESH_MS", default=5000.0)
 # Exact store (cache_layer/exact_store.py): Redis when REDIS_URL is set, else this process's memory.
 KEFU_CACHE_LOCAL_MAX_ENTRIES = _env("int", "KEFU_CACHE_LOCAL_MAX_ENTRIES", default=20_000)
 KEFU_CACHE_REDIS_TIMEOUT_MS = _env("float", "KEFU_CACHE_REDIS_TIMEOUT_MS", default=250.0)

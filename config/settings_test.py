@@ -4,9 +4,12 @@
 ``REDIS_URL`` and ``TEST_DATABASE_URL`` in the environment tell the tests where Redis and
 PostgreSQL are; the tests that need them reach them explicitly (tests/conftest.py).
 """
+
 import os
 
-_saved = {k: os.environ.pop(k) for k in ("REDIS_URL", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL") if k in os.environ}
+_saved = {
+    k: os.environ.pop(k) for k in ("REDIS_URL", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL") if k in os.environ
+}
 try:
     from .settings import *  # noqa: F403
 finally:

@@ -3,11 +3,12 @@ from django.contrib.auth.views import LogoutView
 from django.urls import path
 
 from chat import views
-from routing import gateway_views, ops_views
+from ops import views as ops_views
+from routing import gateway_views
 
 urlpatterns = [
     path("", views.storefront, name="storefront"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", ops_views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     # OpenAI-compatible gateway (docs/routing.md, "Gateway"): base URL http://HOST/v1 for any OpenAI client.
     path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat-completions"),

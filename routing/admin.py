@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from .faq_import import faq_entry_changed
 from .gateway import hash_key, new_key
 from .models import ApiKey, FaqEntry, UpstreamCall
-from .services import faq_changed
+from .registry import faq_changed
 
 
 @admin.register(FaqEntry)
@@ -53,7 +53,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         if not change:
             messages.warning(
-                request, f"The new key for '{obj.name}' is {raw} — copy it now: it is not stored and will not be shown again."
+                request,
+                f"The new key for '{obj.name}' is {raw} — copy it now: it is not stored and will not be shown again.",
             )
 
 
@@ -61,9 +62,26 @@ class ApiKeyAdmin(admin.ModelAdmin):
 class UpstreamCallAdmin(admin.ModelAdmin):
     """The cost ledger, read-only: one row per attempt to call a remote tier."""
 
-    list_display = ("created_at", "purpose", "tier", "model", "attempt", "outcome", "error_code", "http_status",
-                    "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_usd", "estimated",
-                    "ttft_ms", "latency_ms", "conversation_id", "message_id", "api_key")
+    list_display = (
+        "created_at",
+        "purpose",
+        "tier",
+        "model",
+        "attempt",
+        "outcome",
+        "error_code",
+        "http_status",
+        "prompt_tokens",
+        "cached_prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+        "estimated",
+        "ttft_ms",
+        "latency_ms",
+        "conversation_id",
+        "message_id",
+        "api_key",
+    )
     list_filter = ("purpose", "outcome", "tier", "estimated", "error_code")
     list_select_related = ("api_key",)
     date_hierarchy = "created_at"

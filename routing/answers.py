@@ -1,5 +1,6 @@
 """Fixed answers: FAQ answers with their ``{{placeholders}}`` filled from the store settings, and
 the bot's own decline and handoff texts in English and Chinese."""
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,14 @@ DEFAULT_PLACEHOLDERS: dict[str, str] = {
 }
 
 # Names of placeholders that stand for the shopper's own data: never shown raw, never guessed.
-_PERSONAL = {"order number": "your order", "invoice number": "your invoice", "account": "your account",
-             "person name": "there", "refund amount": "the refund amount", "client name": "there"}
+_PERSONAL = {
+    "order number": "your order",
+    "invoice number": "your invoice",
+    "account": "your account",
+    "person name": "there",
+    "refund amount": "the refund amount",
+    "client name": "there",
+}
 
 
 def placeholders() -> dict[str, str]:

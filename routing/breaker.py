@@ -19,6 +19,7 @@ Breakers are per process and per (base URL, API key, model): a provider's models
 (one overloaded, another fine), as LiteLLM's per-deployment cooldowns assume too. Times are
 ``time.monotonic()`` seconds.
 """
+
 from __future__ import annotations
 
 import threading
@@ -38,12 +39,12 @@ BreakerState = Literal["closed", "open", "half_open"]
 class CircuitBreaker:
     """One upstream's breaker (thread-safe). Use::
 
-        if not breaker.allow():      # open, or half-open with its trial taken: skip the tier
-            ...
-        try: ... call ...
-        except failure: breaker.record_failure()
-        else: breaker.record_success()
-        # a call abandoned without a verdict (the caller went away): breaker.release()
+    if not breaker.allow():      # open, or half-open with its trial taken: skip the tier
+        ...
+    try: ... call ...
+    except failure: breaker.record_failure()
+    else: breaker.record_success()
+    # a call abandoned without a verdict (the caller went away): breaker.release()
     """
 
     def __init__(

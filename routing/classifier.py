@@ -20,16 +20,26 @@ Two parts, the rules first (docs/routing.md, "Choosing the tier"):
 Pure Python + numpy at inference time (scikit-learn only to train). Django is read only by
 :func:`get_classifier`, :func:`routable_tiers` and :func:`choose_tier` (settings).
 """
+
 from __future__ import annotations
 
 import json
 import re
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from cache_layer.embeddings import get_embedder
+from lib.text import CJK
+
+from .faq_model import normalise_text
+from .types import ROUTING_MAX_CHARS
 
 __all__ = [
     "DEFAULT_MIN_CONFIDENCE",
@@ -76,7 +86,7 @@ DEFAULT_C = 30.0
 #: multiplied by this, so that the L2 penalty weighs them like a few embedding dimensions.
 FEATURE_SCALE = 0.3
 
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK = CJK
 _LATIN_WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 _QUESTION = re.compile(r"[?？]")
 _CLAUSE = re.compile(r"[.!?;,。！？；，、]+")
@@ -123,8 +133,6 @@ def load_rules(path: str | Path = RULES_PATH) -> tuple[TierRule, ...]:
     no pattern at all, a pattern that is not a string, an English pattern that does not compile
     (with ``re``'s message), or one that matches the empty string.
     """
-    from django.core.exceptions import ImproperlyConfigured
-
     where = f"tier rules file {path}"
     try:
         with open(path, encoding="utf-8") as f:
@@ -156,9 +164,11 @@ def load_rules(path: str | Path = RULES_PATH) -> tuple[TierRule, ...]:
         if en:
             for p in en:
                 try:
-                    one = re.compile(rf"\b(?:{p})\b", re.IGNORECASE)
+                    re.compile(rf"\b(?:{p})\b", re.IGNORECASE)
                 except re.error as e:
-                    raise ImproperlyConfigured(f"{label}: English pattern {p!r} is not a valid regular expression: {e}") from None
+                    raise ImproperlyConfigured(
+                        f"{label}: English pattern {p!r} is not a valid regular expression: {e}"
+                    ) from None
                 if re.fullmatch(p, "") is not None:  # "a?", "(x)*": would match between any two letters
                     raise ImproperlyConfigured(f"{label}: English pattern {p!r} matches empty text")
             compiled = re.compile(r"\b(?:" + "|".join(f"(?:{p})" for p in en) + r")\b", re.IGNORECASE)
@@ -237,8 +247,6 @@ class TierDecision:
 
 
 def _normalise(text: str) -> str:
-    from .faq_model import normalise_text
-
     return normalise_text(text)
 
 
@@ -291,7 +299,7 @@ class TierClassifier:
         vectors: np.ndarray | None = None,
         min_confidence: float = DEFAULT_MIN_CONFIDENCE,
         c: float = DEFAULT_C,
-    ) -> "TierClassifier":
+    ) -> TierClassifier:
         """Fit the regression on ``labels`` (``(text, tier)`` pairs; ``None`` reads
         :data:`LABELS_PATH`) and keep ``rules`` (``None`` reads :data:`RULES_PATH`).
 
@@ -315,8 +323,13 @@ class TierClassifier:
         if list(model.classes_) != list(range(len(TIERS))):
             raise ValueError("tier labels must hold every tier: simple, medium and complex")
         return cls(
-            rules=load_rules() if rules is None else rules, embedder=embedder, weights=model.coef_,
-            bias=model.intercept_, feature_mean=mean, feature_std=std, min_confidence=min_confidence,
+            rules=load_rules() if rules is None else rules,
+            embedder=embedder,
+            weights=model.coef_,
+            bias=model.intercept_,
+            feature_mean=mean,
+            feature_std=std,
+            min_confidence=min_confidence,
         )
 
     # --- inference --------------------------------------------------------------------------
@@ -358,15 +371,11 @@ class TierClassifier:
         if rule is not None:
             return TierDecision(tier=rule.action, confidence=1.0, rule=rule.name, source="rule")
         if vector is None:
-            from .strategy import ROUTING_MAX_CHARS
-
             norm = _normalise(text[:ROUTING_MAX_CHARS])
             if not norm:
                 return TierDecision(tier=TIERS[0], confidence=1.0, source="model")
             embedder = self._embedder
             if embedder is None:
-                from cache_layer.embeddings import get_embedder
-
                 embedder = get_embedder()
             vector = np.asarray(embedder.embed([norm]), dtype=np.float32)[0]
         return self.decide_from_probabilities(self.probabilities(vector, [text])[0])
@@ -387,12 +396,9 @@ def get_classifier() -> TierClassifier:
     if _classifier is None:
         with _lock:
             if _classifier is None:
-                from django.conf import settings
-
-                from cache_layer.embeddings import get_embedder
-
                 _classifier = TierClassifier.train(
-                    get_embedder(), rules=_rules_only(settings.KEFU_TIER_RULES_PATH),
+                    get_embedder(),
+                    rules=_rules_only(settings.KEFU_TIER_RULES_PATH),
                     min_confidence=settings.KEFU_TIER_MIN_CONFIDENCE,
                 )
     return _classifier
@@ -408,8 +414,6 @@ def reset_classifier() -> None:
 
 
 def _tier_settings(tier: str) -> Mapping[str, Any]:
-    from django.conf import settings
-
     return settings.KEFU_TIERS.get(tier) or {}
 
 
@@ -420,8 +424,6 @@ def routable_tiers() -> list[str]:
     ``OPENAI_API_KEY`` with its default model name stays a fallback (``routing.resilience``): with
     only those two set, ``simple`` answers everything, as documented. ``KEFU_TIER_ROUTING`` off
     leaves ``simple`` alone (when configured)."""
-    from django.conf import settings
-
     out = []
     for tier in TIERS:
         cfg = _tier_settings(tier)
@@ -438,7 +440,7 @@ def nearest_tier(tier: str, available: Sequence[str]) -> str | None:
     if tier in available:
         return tier
     i = TIERS.index(tier)
-    for t in (*TIERS[i + 1:], *reversed(TIERS[:i])):
+    for t in (*TIERS[i + 1 :], *reversed(TIERS[:i])):
         if t in available:
             return t
     return None
@@ -457,8 +459,6 @@ def choose_tier(text: str, vector: np.ndarray | None = None) -> TierDecision | N
     if not available:
         return None
     if len(available) == 1:
-        from django.conf import settings
-
         rule = match_rule(text, _rules_only(settings.KEFU_TIER_RULES_PATH))
         if rule is not None:
             decision = TierDecision(tier=rule.action, confidence=1.0, rule=rule.name, source="rule")
@@ -473,7 +473,6 @@ def choose_tier(text: str, vector: np.ndarray | None = None) -> TierDecision | N
     return decision if chosen == decision.tier else replace(decision, tier=chosen, requested=decision.tier)
 
 
-
 def _rules_only(path: str | Path) -> tuple[TierRule, ...]:
     """The rules of ``path``, compiled once per path (until :func:`reset_classifier`)."""
     key = str(path)
@@ -485,6 +484,4 @@ def _rules_only(path: str | Path) -> tuple[TierRule, ...]:
 def rule_for(text: str) -> TierRule | None:
     """The keyword rule (settings' rules file) that decides ``text``, or ``None``; cheap (regex
     and substring search), for the router's handoff check."""
-    from django.conf import settings
-
     return match_rule(text, _rules_only(settings.KEFU_TIER_RULES_PATH))

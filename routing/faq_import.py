@@ -6,6 +6,7 @@ default ``en``), ``variants`` (optional list of strings; in CSV a JSON array). U
 ignored. Records with the same (intent, locale) form one entry: the first record's question and
 answer, every record's phrasings.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from django.db import transaction
 from django.utils.text import slugify
+
+from cache_layer.services import evict_for_faq_entry
 
 from .models import FaqEntry
 
@@ -80,8 +83,14 @@ def validate(raw: object, line: int) -> FaqRecord:
             raise BadRecord(line, "'variants' must be a JSON array of strings") from None
     if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants):
         raise BadRecord(line, "'variants' must be a list of strings")
-    return FaqRecord(line, intent, locale.replace("_", "-"), question.strip(), answer.strip(),
-                     [v.strip() for v in variants if v.strip()])
+    return FaqRecord(
+        line,
+        intent,
+        locale.replace("_", "-"),
+        question.strip(),
+        answer.strip(),
+        [v.strip() for v in variants if v.strip()],
+    )
 
 
 def read_records(path: Path) -> Iterator[tuple[int, object]]:
@@ -103,14 +112,14 @@ def read_records(path: Path) -> Iterator[tuple[int, object]]:
                 continue
             try:
                 yield n, json.loads(line)
-            except ValueError as e:
-                yield n, BadRecord(n, f"not valid JSON ({e.msg})")
+            except ValueError as e:  # json.JSONDecodeError, with its message in ``msg``
+                yield n, BadRecord(n, f"not valid JSON ({getattr(e, 'msg', e)})")
         return
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise UnicodeDecodeError(e.encoding, e.object, e.start, e.end, f"{e.reason} on line {line}") from None
+        line_no = data[: e.start].count(b"\n") + 1
+        raise UnicodeDecodeError(e.encoding, e.object, e.start, e.end, f"{e.reason} on line {line_no}") from None
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(io.StringIO(text, newline=""))
         start = 2
@@ -142,10 +151,14 @@ def faq_import(records: list[FaqRecord]) -> ImportResult:
     with transaction.atomic():
         for (intent, locale), r in grouped.items():
             variants = [v for v in dict.fromkeys(r.variants) if v != r.question]
-            before = FaqEntry.objects.filter(intent=intent, locale=locale).values_list(
-                "question", "answer", "variants", "active").first()
+            before = (
+                FaqEntry.objects.filter(intent=intent, locale=locale)
+                .values_list("question", "answer", "variants", "active")
+                .first()
+            )
             entry, created = FaqEntry.objects.update_or_create(
-                intent=intent, locale=locale,
+                intent=intent,
+                locale=locale,
                 defaults={"question": r.question, "answer": r.answer, "variants": variants, "active": True},
             )
             if created:
@@ -161,6 +174,4 @@ def faq_import(records: list[FaqRecord]) -> ImportResult:
 
 def faq_entry_changed(entry_id: int) -> int:
     """An entry's text changed: evict the cached remote answers grounded on it (their count)."""
-    from cache_layer.services import evict_for_faq_entry
-
     return evict_for_faq_entry(entry_id)

@@ -1,7 +1,7 @@
 """The local FAQ model: which FAQ entry, if any, answers a shopper's message.
 
 Pure Python + numpy at match time (scikit-learn only to train); no Django imports. The caller
-(``routing.services``) builds :class:`FaqTrainingEntry` rows from the database and passes the
+(``routing.registry``) builds :class:`FaqTrainingEntry` rows from the database and passes the
 thresholds from the settings ``KEFU_FAQ_MIN_CONFIDENCE``, ``KEFU_FAQ_MIN_SIMILARITY`` and
 ``KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY``.
 
@@ -27,6 +27,7 @@ How a message is matched (details and measurements: ``docs/faq-model.md``):
    cosine between the message and that entry's phrasings >= ``min_similarity`` (the floor rejects
    questions far from every phrasing, which a softmax can still be sure about).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,9 @@ import time
 import unicodedata
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -99,63 +101,175 @@ _FORMAT = "faq-model-3"
 #: of many kinds; the latter are dropped at training time where the store's FAQ covers them.
 BACKGROUND_QUESTIONS: tuple[str, ...] = (
     # off-topic
-    "will it rain this weekend", "how hot will it be on saturday", "what is the forecast for next week",
-    "who won the football game last night", "when does the basketball season start",
-    "what is the score of the match", "how do i bake sourdough bread",
-    "give me a recipe for chicken curry", "how long should i boil an egg", "what is 17 times 23",
-    "what is the square root of 144", "convert 5 miles to kilometers", "book me a flight to tokyo",
-    "find a cheap hotel near the airport", "what time does the train to boston leave",
-    "tell me a joke", "sing me a song", "what is the meaning of life", "play some jazz music",
-    "who sang this song", "recommend a good movie for tonight", "what is the latest news",
-    "who is the president of france", "what is the capital of australia",
-    "how many calories are in an apple", "i have a headache what should i take",
-    "how much water should i drink a day", "set an alarm for 7 am", "remind me to call my mother",
-    "add milk to my shopping list", "what is my bank balance",
-    "transfer 200 dollars to my savings account", "what is the interest rate on my credit card",
-    "how do i write a for loop in python", "translate hello into spanish",
-    "how do you say thank you in german", "what is the best way to learn to drive",
-    "how do i change a flat tire", "when is my car due for an oil change",
-    "what time is it in london", "what day is it today", "how many days until christmas",
-    "write me a poem about the sea", "help me with my math homework",
-    "explain quantum physics simply", "how do i apply for a job",
-    "what should i wear to an interview", "how do i ask my boss for a raise",
+    "will it rain this weekend",
+    "how hot will it be on saturday",
+    "what is the forecast for next week",
+    "who won the football game last night",
+    "when does the basketball season start",
+    "what is the score of the match",
+    "how do i bake sourdough bread",
+    "give me a recipe for chicken curry",
+    "how long should i boil an egg",
+    "what is 17 times 23",
+    "what is the square root of 144",
+    "convert 5 miles to kilometers",
+    "book me a flight to tokyo",
+    "find a cheap hotel near the airport",
+    "what time does the train to boston leave",
+    "tell me a joke",
+    "sing me a song",
+    "what is the meaning of life",
+    "play some jazz music",
+    "who sang this song",
+    "recommend a good movie for tonight",
+    "what is the latest news",
+    "who is the president of france",
+    "what is the capital of australia",
+    "how many calories are in an apple",
+    "i have a headache what should i take",
+    "how much water should i drink a day",
+    "set an alarm for 7 am",
+    "remind me to call my mother",
+    "add milk to my shopping list",
+    "what is my bank balance",
+    "transfer 200 dollars to my savings account",
+    "what is the interest rate on my credit card",
+    "how do i write a for loop in python",
+    "translate hello into spanish",
+    "how do you say thank you in german",
+    "what is the best way to learn to drive",
+    "how do i change a flat tire",
+    "when is my car due for an oil change",
+    "what time is it in london",
+    "what day is it today",
+    "how many days until christmas",
+    "write me a poem about the sea",
+    "help me with my math homework",
+    "explain quantum physics simply",
+    "how do i apply for a job",
+    "what should i wear to an interview",
+    "how do i ask my boss for a raise",
     # chit-chat
-    "hello", "hi there", "good morning", "thanks a lot", "thank you bye", "are you a robot",
-    "who made you", "how are you today", "what is your name", "ok", "you are useless", "never mind",
+    "hello",
+    "hi there",
+    "good morning",
+    "thanks a lot",
+    "thank you bye",
+    "are you a robot",
+    "who made you",
+    "how are you today",
+    "what is your name",
+    "ok",
+    "you are useless",
+    "never mind",
     # store questions a given FAQ may or may not cover
-    "do you have this item in a larger size", "is this product in stock",
-    "when will this item be back in stock", "do you have a discount code",
-    "my coupon code does not work", "can i use two promo codes on one order",
-    "do you sell gift cards", "how do i check my gift card balance", "can i pay with a gift card",
-    "what is the warranty on this product", "the item arrived damaged", "i received the wrong item",
-    "a part is missing from my package", "my package was stolen from my doorstep",
-    "the parcel says delivered but i never got it", "can i exchange this for a different colour",
-    "how do i return an item", "how long do i have to send something back",
-    "when will i get my money back", "i want a refund", "where is my refund",
-    "i want to cancel my order", "can i change the items in my order", "where is my order",
-    "how much does shipping cost", "do you ship internationally", "how long does delivery take",
-    "can i pick up my order in store", "what are your store opening hours",
-    "where is your nearest shop", "do you price match", "why did the price change",
-    "is there a student discount", "how do i earn loyalty points", "how do i redeem my reward points",
-    "do you offer free shipping", "what payment methods do you accept", "my card was declined",
-    "i was charged twice", "can i pay in instalments", "do you accept paypal",
-    "how do i get an invoice for my purchase", "how do i reset my password",
-    "i cannot log in to my account", "how do i delete my account", "how do i change my email address",
-    "how do i create an account", "how do i unsubscribe from your emails",
-    "i want to speak to a manager", "how can i contact you by phone", "i want to make a complaint",
-    "can i change my delivery address", "do you deliver on weekends", "can i leave a review",
-    "is this product made of real leather", "what are the dimensions of this table",
-    "is this safe for children", "do you have a size chart", "how do i wash this sweater",
-    "does this come with batteries", "do you sell wholesale", "can i order in bulk", "are you hiring",
-    "is my personal data safe with you", "do you use cookies", "how do i opt out of marketing",
+    "do you have this item in a larger size",
+    "is this product in stock",
+    "when will this item be back in stock",
+    "do you have a discount code",
+    "my coupon code does not work",
+    "can i use two promo codes on one order",
+    "do you sell gift cards",
+    "how do i check my gift card balance",
+    "can i pay with a gift card",
+    "what is the warranty on this product",
+    "the item arrived damaged",
+    "i received the wrong item",
+    "a part is missing from my package",
+    "my package was stolen from my doorstep",
+    "the parcel says delivered but i never got it",
+    "can i exchange this for a different colour",
+    "how do i return an item",
+    "how long do i have to send something back",
+    "when will i get my money back",
+    "i want a refund",
+    "where is my refund",
+    "i want to cancel my order",
+    "can i change the items in my order",
+    "where is my order",
+    "how much does shipping cost",
+    "do you ship internationally",
+    "how long does delivery take",
+    "can i pick up my order in store",
+    "what are your store opening hours",
+    "where is your nearest shop",
+    "do you price match",
+    "why did the price change",
+    "is there a student discount",
+    "how do i earn loyalty points",
+    "how do i redeem my reward points",
+    "do you offer free shipping",
+    "what payment methods do you accept",
+    "my card was declined",
+    "i was charged twice",
+    "can i pay in instalments",
+    "do you accept paypal",
+    "how do i get an invoice for my purchase",
+    "how do i reset my password",
+    "i cannot log in to my account",
+    "how do i delete my account",
+    "how do i change my email address",
+    "how do i create an account",
+    "how do i unsubscribe from your emails",
+    "i want to speak to a manager",
+    "how can i contact you by phone",
+    "i want to make a complaint",
+    "can i change my delivery address",
+    "do you deliver on weekends",
+    "can i leave a review",
+    "is this product made of real leather",
+    "what are the dimensions of this table",
+    "is this safe for children",
+    "do you have a size chart",
+    "how do i wash this sweater",
+    "does this come with batteries",
+    "do you sell wholesale",
+    "can i order in bulk",
+    "are you hiring",
+    "is my personal data safe with you",
+    "do you use cookies",
+    "how do i opt out of marketing",
     # Chinese: off-topic, chit-chat, store questions
-    "明天会下雨吗", "今天天气怎么样", "昨晚的比赛谁赢了", "给我讲个笑话", "红烧肉怎么做",
-    "帮我订一张去上海的机票", "附近有什么好吃的餐厅", "现在几点了", "播放一首周杰伦的歌", "一加一等于几",
-    "你好", "谢谢", "你是机器人吗", "帮我设置明早七点的闹钟", "北京到广州有多远", "最近有什么新闻",
-    "这件衣服有大一号的吗", "这个商品还有货吗", "有优惠券吗", "优惠码用不了", "怎么退货", "什么时候退款",
-    "我要取消订单", "我的快递到哪了", "运费多少钱", "可以发国外吗", "几天能到", "收到的东西坏了",
-    "发错货了", "可以换个颜色吗", "支持哪些付款方式", "可以开发票吗", "怎么修改收货地址", "我要投诉",
-    "转人工客服", "密码忘了怎么办", "怎么注销账号", "有没有赠品", "这个尺码偏大还是偏小", "保修多久",
+    "明天会下雨吗",
+    "今天天气怎么样",
+    "昨晚的比赛谁赢了",
+    "给我讲个笑话",
+    "红烧肉怎么做",
+    "帮我订一张去上海的机票",
+    "附近有什么好吃的餐厅",
+    "现在几点了",
+    "播放一首周杰伦的歌",
+    "一加一等于几",
+    "你好",
+    "谢谢",
+    "你是机器人吗",
+    "帮我设置明早七点的闹钟",
+    "北京到广州有多远",
+    "最近有什么新闻",
+    "这件衣服有大一号的吗",
+    "这个商品还有货吗",
+    "有优惠券吗",
+    "优惠码用不了",
+    "怎么退货",
+    "什么时候退款",
+    "我要取消订单",
+    "我的快递到哪了",
+    "运费多少钱",
+    "可以发国外吗",
+    "几天能到",
+    "收到的东西坏了",
+    "发错货了",
+    "可以换个颜色吗",
+    "支持哪些付款方式",
+    "可以开发票吗",
+    "怎么修改收货地址",
+    "我要投诉",
+    "转人工客服",
+    "密码忘了怎么办",
+    "怎么注销账号",
+    "有没有赠品",
+    "这个尺码偏大还是偏小",
+    "保修多久",
 )
 
 
@@ -251,7 +365,7 @@ class FaqMatch:
 _bank_lock = threading.Lock()
 # Embedder -> embeddings of _BANK_TEXTS, shape (len(_BANK_TEXTS), dim). Weak keys, so a test's
 # fake embedder does not live forever; embedders that refuse weak references are not cached.
-_bank_cache: "weakref.WeakKeyDictionary[object, np.ndarray]" = weakref.WeakKeyDictionary()
+_bank_cache: weakref.WeakKeyDictionary[object, np.ndarray] = weakref.WeakKeyDictionary()
 _BANK_TEXTS: tuple[str, ...] = tuple(dict.fromkeys(t for t in map(normalise_text, BACKGROUND_QUESTIONS) if t))
 
 
@@ -268,7 +382,7 @@ def _bank_vectors(embedder: Embedder, extra: Sequence[str]) -> tuple[np.ndarray,
     if cached is not None:
         return _as_matrix(embedder.embed(list(extra)), len(extra)), cached
     vecs = _as_matrix(embedder.embed([*extra, *_BANK_TEXTS]), len(extra) + len(_BANK_TEXTS))
-    bank = vecs[len(extra):]
+    bank = vecs[len(extra) :]
     with _bank_lock:
         try:
             _bank_cache[embedder] = bank
@@ -379,7 +493,10 @@ class FaqModel:
         started = time.perf_counter()
         if not 0.0 <= min_confidence <= 1.0:
             raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
-        for name, value in (("min_similarity", min_similarity), ("single_entry_min_similarity", single_entry_min_similarity)):
+        for name, value in (
+            ("min_similarity", min_similarity),
+            ("single_entry_min_similarity", single_entry_min_similarity),
+        ):
             if not -1.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be a cosine in [-1, 1], got {value}")
         seen: set[int] = set()
@@ -425,7 +542,9 @@ class FaqModel:
             "format": _FORMAT,
             "embedder": getattr(embedder, "name", type(embedder).__name__),
             "thresholds": [min_confidence, min_similarity, single_entry_min_similarity],
-            "background": hashlib.sha256("\n".join(BACKGROUND_QUESTIONS).encode()).hexdigest() if use_background else "",
+            "background": hashlib.sha256("\n".join(BACKGROUND_QUESTIONS).encode()).hexdigest()
+            if use_background
+            else "",
             "calibration": [_PLATT_A, _PLATT_B, _LEXICAL_WEIGHT, _C_EMBEDDING, _C_LEXICAL],
             "entries": sorted([e.entry_id, e.intent, _locale_key(e.locale), sorted(e.phrasings)] for e in entries),
         }
@@ -478,7 +597,7 @@ class FaqModel:
         # Balance: the background class as a whole weighs _BACKGROUND_WEIGHT average entries.
         weights = np.ones(len(y))
         if bg_texts:
-            weights[len(texts):] = _BACKGROUND_WEIGHT * (len(texts) / n_entries) / len(bg_texts)
+            weights[len(texts) :] = _BACKGROUND_WEIGHT * (len(texts) / n_entries) / len(bg_texts)
 
         vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True)
         x_lex = vectorizer.fit_transform(x_text)
@@ -556,7 +675,7 @@ class FaqModel:
             import sklearn  # loaded with the model already; not at this module's import
 
             with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-                x_lex = self._vectorizer.transform([norm[i] for i in todo])  # type: ignore[attr-defined]
+                x_lex = self._vectorizer.transform([norm[i] for i in todo])  # type: ignore[union-attr]
             z += _LEXICAL_WEIGHT * _log_softmax(np.asarray(x_lex @ self._w_lex.T) + self._b_lex)
             prob = np.exp(_log_softmax(z[:, classes]))  # (n, len(classes)), pooled and renormalised
         else:  # a single entry and no background: it is the only candidate
@@ -586,7 +705,14 @@ class FaqModel:
                 reason = "confident"
             ok = reason == "confident"
             out[i] = FaqMatch(
-                best.entry_id if ok else None, best.intent if ok else None, conf, sim, ok, reason, best.entry_id, best.intent
+                best.entry_id if ok else None,
+                best.intent if ok else None,
+                conf,
+                sim,
+                ok,
+                reason,
+                best.entry_id,
+                best.intent,
             )
         return out
 
@@ -614,4 +740,3 @@ class FaqModel:
 
     def __repr__(self) -> str:
         return f"<FaqModel {self.version} entries={self.entry_count} min_conf={self.min_confidence} min_sim={self.min_similarity}>"
-

@@ -19,6 +19,7 @@ Who answers a request (docs/routing.md, "Gateway"):
 Keys (``ApiKey``) are ``kefu_`` + 43 URL-safe characters (256 random bits); only their SHA-256
 is stored.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,12 +31,20 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
+from cache_layer import services as cache
+from lib.text import detect_locale
+
 from . import answers, context, strategy
 from .ledger import cost_usd
+from .models import ApiKey
 from .providers.base import ChatRequest, Usage
+from .registry import registry
+from .tiers import provider_for, tier_configured, tier_model
+from .types import Decision
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +58,15 @@ class GatewayError(Exception):
     people, ``type`` (``invalid_request_error``, ``server_error``...), ``param`` (the offending
     field or None) and ``code`` (a stable string or None)."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -74,8 +90,6 @@ def new_key() -> str:
 
 def api_key_issue(*, name: str, created_by_id: int | None = None) -> tuple[Any, str]:
     """Create an ``ApiKey``; returns (the row, the key itself — shown once, never stored)."""
-    from .models import ApiKey
-
     raw = new_key()
     row = ApiKey.objects.create(name=name, prefix=raw[:12], key_hash=hash_key(raw), created_by_id=created_by_id)
     return row, raw
@@ -83,8 +97,6 @@ def api_key_issue(*, name: str, created_by_id: int | None = None) -> tuple[Any, 
 
 def api_key_authenticate(raw: str) -> int | None:
     """The id of the active ``ApiKey`` whose key is ``raw`` (and marks it used now), or None."""
-    from .models import ApiKey
-
     if not raw.startswith(KEY_PREFIX):
         return None
     row = ApiKey.objects.filter(key_hash=hash_key(raw), active=True).values_list("pk", flat=True).first()
@@ -129,6 +141,7 @@ def parse_request(body: bytes) -> GatewayRequest:
     Raises:
         GatewayError: status 400 naming the first problem (``param`` says which field).
     """
+
     def bad(message: str, param: str | None = None) -> GatewayError:
         return GatewayError(400, message, param=param)
 
@@ -177,7 +190,10 @@ def parse_request(body: bytes) -> GatewayRequest:
         raise bad("'temperature' must be a number from 0 to 2.", "temperature")
     name = model.strip().lower().removeprefix("kefu-")
     return GatewayRequest(
-        model=model, messages=clean, stream=stream, include_usage=bool(options.get("include_usage")),
+        model=model,
+        messages=clean,
+        stream=stream,
+        include_usage=bool(options.get("include_usage")),
         max_tokens=min(max_tokens or settings.KEFU_GATEWAY_MAX_TOKENS, settings.KEFU_GATEWAY_MAX_TOKENS),
         temperature=float(temperature) if temperature is not None else None,
         start_tier=name if name in TIERS else None,
@@ -193,7 +209,7 @@ class Plan:
     tiers through ``decision`` (``decision.request`` set). ``question`` / ``cache_*`` are kept to
     offer a bare question's remote answer to the answer cache."""
 
-    decision: strategy.Decision
+    decision: Decision
     question: str = ""
     offer_to_cache: bool = False
     grounded_on: list[int] = field(default_factory=list)
@@ -203,11 +219,15 @@ class Plan:
         return self.decision.text
 
 
-def _remote(req: GatewayRequest, tier: str, messages: list[dict[str, Any]], locale: str) -> strategy.Decision:
-    return strategy.Decision(
-        route=f"llm.{tier}", locale=locale, tier=tier, provider=strategy._provider(tier),
-        request=ChatRequest(messages=messages, model=settings.KEFU_TIERS[tier]["model"],
-                            max_tokens=req.max_tokens, temperature=req.temperature),
+def _remote(req: GatewayRequest, tier: str, messages: list[dict[str, Any]], locale: str) -> Decision:
+    return Decision(
+        route=f"llm.{tier}",
+        locale=locale,
+        tier=tier,
+        provider=provider_for(tier),
+        request=ChatRequest(
+            messages=messages, model=tier_model(tier), max_tokens=req.max_tokens, temperature=req.temperature
+        ),
         reason="gateway",
     )
 
@@ -219,36 +239,49 @@ async def plan(req: GatewayRequest) -> Plan:
         GatewayError: 503 ``no_model`` when the answer needs a remote tier and none is configured.
     """
     question = req.messages[-1]["content"]
-    locale = strategy.detect_locale(question)
+    locale = detect_locale(question)
     start = req.start_tier or "simple"
     if req.start_tier is None and len(req.messages) == 1:
-        c = await asyncio.to_thread(strategy._classify, question, locale)
+        c = await asyncio.to_thread(strategy.classify, question, locale)
         match = c.match
-        if match is not None and getattr(match, "accepted", False):
-            from .services import registry
-
-            entry = registry.entries.get(match.entry_id)  # type: ignore[attr-defined]
+        if match is not None and match.accepted and match.entry_id is not None:
+            entry = registry.entries.get(match.entry_id)
             if entry is not None:
                 entry = registry.by_intent.get((entry.intent, locale), entry)
-                return Plan(strategy.Decision(route="faq", locale=locale, text=answers.fill_placeholders(entry.answer),
-                                              faq_entry_id=entry.entry_id, reason="gateway faq"))
+                return Plan(
+                    Decision(
+                        route="faq",
+                        locale=locale,
+                        text=answers.fill_placeholders(entry.answer),
+                        faq_entry_id=entry.entry_id,
+                        reason="gateway faq",
+                    )
+                )
         if c.hit is not None:
             hit: Any = c.hit
-            return Plan(strategy.Decision(route=hit.route, locale=locale, text=hit.answer, reason="gateway cache"))
+            return Plan(Decision(route=hit.route, locale=locale, text=hit.answer, reason="gateway cache"))
         if c.remote is not None and c.tier is not None:
             # The tier the router chose (routing.classifier), the one its cache scope names.
             tier = c.tier.tier
             grounding, grounded_on, vector = c.remote
-            d = _remote(req, tier, context.build_messages(grounding=grounding, history=[], text=question,
-                                                          locale=locale, tier=tier), locale)
+            d = _remote(
+                req,
+                tier,
+                context.build_messages(grounding=grounding, history=[], text=question, locale=locale, tier=tier),
+                locale,
+            )
             d.cache_scope, d.cache_vector, d.grounded_on = c.cache_scope, vector, grounded_on
             return Plan(d, question=question, offer_to_cache=bool(c.cache_scope), grounded_on=grounded_on)
-    tier = next((t for t in TIERS[TIERS.index(start):] if strategy.tier_configured(t)), None)
-    if tier is None:
-        raise GatewayError(503, "No remote model is configured for this request: the FAQ does not answer it and "
-                                "no tier has an API key (set OPENAI_API_KEY, or KEFU_<TIER>_API_KEY).",
-                           type="server_error", code="no_model")
-    return Plan(_remote(req, tier, req.messages, locale))
+    first_tier = next((t for t in TIERS[TIERS.index(start) :] if tier_configured(t)), None)
+    if first_tier is None:
+        raise GatewayError(
+            503,
+            "No remote model is configured for this request: the FAQ does not answer it and "
+            "no tier has an API key (set OPENAI_API_KEY, or KEFU_<TIER>_API_KEY).",
+            type="server_error",
+            code="no_model",
+        )
+    return Plan(_remote(req, first_tier, req.messages, locale))
 
 
 async def offer_to_cache(p: Plan, *, text: str, model: str) -> None:
@@ -256,15 +289,18 @@ async def offer_to_cache(p: Plan, *, text: str, model: str) -> None:
     A failure is logged, never raised: the cache is an optimisation."""
     if not (p.offer_to_cache and text and settings.KEFU_CACHE_ENABLED):
         return
-    from channels.db import database_sync_to_async
-
-    from cache_layer import services as cache
-
     d = p.decision
     try:
         await database_sync_to_async(cache.store)(
-            question=p.question, answer=text, scope=d.cache_scope, embedding=d.cache_vector, route=d.route,
-            model=model, grounded_on=d.grounded_on, prompt_version=context.SYSTEM_PROMPT_VERSION, cut=False,
+            question=p.question,
+            answer=text,
+            scope=d.cache_scope,
+            embedding=d.cache_vector,
+            route=d.route,
+            model=model,
+            grounded_on=d.grounded_on,
+            prompt_version=context.SYSTEM_PROMPT_VERSION,
+            cut=False,
             locale=d.locale,
         )
     except Exception:  # the cache's edge: the answer was already sent
@@ -275,7 +311,8 @@ def usage_body(usage: Usage | None) -> dict[str, Any]:
     """The OpenAI ``usage`` object (zeros for answers that called no remote model)."""
     u = usage or Usage(prompt_tokens=0, completion_tokens=0)
     return {
-        "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens},
     }
@@ -285,6 +322,10 @@ def kefu_body(*, route: str, tier: str | None, usage: Usage | None) -> dict[str,
     """kefu's extension of a response: ``{"route", "cost_usd", "estimated"}`` (USD, 6 decimals)."""
     cost = Decimal("0")
     if usage is not None and tier is not None and route.startswith("llm."):
-        cost = cost_usd(tier=tier, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                        cached_prompt_tokens=usage.cached_prompt_tokens)
+        cost = cost_usd(
+            tier=tier,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
+        )
     return {"route": route, "cost_usd": float(cost), "estimated": bool(usage and usage.estimated)}

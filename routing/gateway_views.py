@@ -13,6 +13,7 @@ A streamed answer that breaks after its first token ends with an ``error`` event
 Every response carries ``x-kefu-route`` (``faq``, ``cache.exact``, ``llm.medium``...), and the
 completion (or the last chunk) a ``kefu`` object: ``{"route", "cost_usd", "estimated"}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from .answers import chunks
@@ -53,10 +55,18 @@ def error_response(error: GatewayError) -> JsonResponse:
 
 def _unavailable(error: ProviderError) -> GatewayError:
     if error.code == "rate_limited":
-        return GatewayError(429, "Every model tier is rate-limited now; please retry later.",
-                            type="rate_limit_error", code="rate_limit_exceeded")
-    return GatewayError(503, f"No model tier could answer ({error.code}); please retry later.",
-                        type="server_error", code="upstream_unavailable")
+        return GatewayError(
+            429,
+            "Every model tier is rate-limited now; please retry later.",
+            type="rate_limit_error",
+            code="rate_limit_exceeded",
+        )
+    return GatewayError(
+        503,
+        f"No model tier could answer ({error.code}); please retry later.",
+        type="server_error",
+        code="upstream_unavailable",
+    )
 
 
 def _sse(data: dict[str, Any] | str) -> bytes:
@@ -74,7 +84,10 @@ class _Completion:
 
     def chunk(self, model: str, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": model,
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": model,
             "system_fingerprint": None,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
         }
@@ -82,13 +95,25 @@ class _Completion:
             out["usage"] = None
         return out
 
-    def whole(self, model: str, text: str, finish_reason: str, usage: dict[str, Any], kefu: dict[str, Any]) -> dict[str, Any]:
+    def whole(
+        self, model: str, text: str, finish_reason: str, usage: dict[str, Any], kefu: dict[str, Any]
+    ) -> dict[str, Any]:
         return {
-            "id": self.id, "object": "chat.completion", "created": self.created, "model": model,
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": model,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "finish_reason": finish_reason, "logprobs": None}],
-            "usage": usage, "kefu": kefu,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "finish_reason": finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": usage,
+            "kefu": kefu,
         }
 
     def ending(self, model: str, finish_reason: str, usage: dict[str, Any], kefu: dict[str, Any]) -> list[bytes]:
@@ -110,7 +135,7 @@ def _stream_response(body: AsyncIterator[bytes], route: str) -> StreamingHttpRes
     return response
 
 
-def _fixed_answer(p: Plan, c: _Completion) -> HttpResponse:
+def _fixed_answer(p: Plan, c: _Completion) -> HttpResponseBase:
     """A FAQ or cached answer: no remote call, no tokens."""
     text, route = p.text or "", p.decision.route
     model, kefu = f"kefu-{route}", kefu_body(route=route, tier=None, usage=None)
@@ -129,7 +154,7 @@ def _fixed_answer(p: Plan, c: _Completion) -> HttpResponse:
     return _stream_response(events(), route)
 
 
-async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponse:
+async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBase:
     """Stream from the tiers. The first item is awaited before the response starts, so a failure
     of every tier before any text is a proper HTTP error, and the route is final."""
     d = p.decision
@@ -161,12 +186,25 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponse:
                 else:
                     done = item
         except ProviderError:
-            return error_response(GatewayError(502, "The upstream model broke off its answer; please retry.",
-                                               type="server_error", code="upstream_cut"))
+            return error_response(
+                GatewayError(
+                    502,
+                    "The upstream model broke off its answer; please retry.",
+                    type="server_error",
+                    code="upstream_cut",
+                )
+            )
         text = "".join(texts)
         usage = done.usage if done is not None else None
-        response = JsonResponse(c.whole(model_of(done), text, (done.finish_reason if done else None) or "stop",
-                                        usage_body(usage), kefu_body(route=d.route, tier=d.tier, usage=usage)))
+        response = JsonResponse(
+            c.whole(
+                model_of(done),
+                text,
+                (done.finish_reason if done else None) or "stop",
+                usage_body(usage),
+                kefu_body(route=d.route, tier=d.tier, usage=usage),
+            )
+        )
         response["x-kefu-route"] = d.route
         await offer_to_cache(p, text=text, model=model_of(done))
         return response
@@ -185,12 +223,24 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponse:
                     done = item
         except ProviderError as e:
             # Cut after the first token: say so in the stream (no [DONE]); the ledger has the row.
-            yield _sse({"error": {"message": f"The upstream model broke off its answer ({e.code}).",
-                                  "type": "server_error", "param": None, "code": "upstream_cut"}})
+            yield _sse(
+                {
+                    "error": {
+                        "message": f"The upstream model broke off its answer ({e.code}).",
+                        "type": "server_error",
+                        "param": None,
+                        "code": "upstream_cut",
+                    }
+                }
+            )
             return
         usage = done.usage if done is not None else None
-        for line in c.ending(model_of(done), (done.finish_reason if done else None) or "stop", usage_body(usage),
-                             kefu_body(route=d.route, tier=d.tier, usage=usage)):
+        for line in c.ending(
+            model_of(done),
+            (done.finish_reason if done else None) or "stop",
+            usage_body(usage),
+            kefu_body(route=d.route, tier=d.tier, usage=usage),
+        ):
             yield line
         await offer_to_cache(p, text="".join(texts), model=model_of(done))
 
@@ -198,7 +248,7 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponse:
 
 
 @csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST /v1/chat/completions`` with ``Authorization: Bearer <gateway key>`` (module docstring)."""
     if request.method != "POST":
         response = error_response(GatewayError(405, "Use POST.", code="method_not_allowed"))
@@ -206,9 +256,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return response
     scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not raw.strip():
-        return error_response(GatewayError(
-            401, "Missing API key: send 'Authorization: Bearer <key>' with a key issued in kefu's admin.",
-            code="invalid_api_key"))
+        return error_response(
+            GatewayError(
+                401,
+                "Missing API key: send 'Authorization: Bearer <key>' with a key issued in kefu's admin.",
+                code="invalid_api_key",
+            )
+        )
     key_id = await database_sync_to_async(api_key_authenticate)(raw.strip())
     if key_id is None:
         return error_response(GatewayError(401, "Incorrect or inactive API key.", code="invalid_api_key"))

@@ -7,11 +7,11 @@ row is written by a background task (token counting in a worker thread, the inse
 ``database_sync_to_async``), so neither the event loop nor the next attempt's first token waits
 for it. ``flush()`` waits for the rows still being written (tests, shutdown).
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -20,7 +20,12 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from lib.tokens import count_tokens
+
+from .models import UpstreamCall
 from .providers.base import Usage
+from .tokens import text_tokens
+from .types import CallContext
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +44,6 @@ def cost_usd(*, tier: str, prompt_tokens: int, completion_tokens: int, cached_pr
         + Decimal(completion_tokens) * Decimal(str(t["price_output_per_mtok"]))
     ) / MTOK
     return total.quantize(USD_PLACES, rounding=ROUND_HALF_UP)
-
-
-@dataclass(frozen=True)
-class CallContext:
-    """Who a remote call is for, stored on its ledger rows; every field optional.
-
-    ``conversation_id``: the chat conversation (UUID); ``message_id``: the shopper message being
-    answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls;
-    ``purpose``: what the call was for (``routing.models.Purpose``: ``answer``, ``rewrite``,
-    ``summary``, ``suggestion``, ``audit``, ``gateway``).
-    """
-
-    conversation_id: uuid.UUID | None = None
-    message_id: int | None = None
-    api_key_id: int | None = None
-    purpose: str = "answer"
 
 
 @dataclass(frozen=True)
@@ -121,8 +110,6 @@ def _usage_for(attempt: Attempt) -> Usage:
         return attempt.usage
     if attempt.count_messages is None:
         return Usage(prompt_tokens=0, completion_tokens=0)
-    from .providers.openai_remote import count_tokens
-
     return Usage(
         prompt_tokens=count_tokens(attempt.count_messages, attempt.model),
         completion_tokens=count_tokens(attempt.received_text, attempt.model) if attempt.received_text else 0,
@@ -131,18 +118,30 @@ def _usage_for(attempt: Attempt) -> Usage:
 
 
 def _insert(attempt: Attempt, usage: Usage) -> None:
-    from .models import UpstreamCall
-
     ctx = attempt.context
     UpstreamCall.objects.create(
-        conversation_id=ctx.conversation_id, message_id=ctx.message_id, api_key_id=ctx.api_key_id,
-        purpose=ctx.purpose, tier=attempt.tier, model=attempt.model[:100], attempt=attempt.attempt,
-        prompt_tokens=usage.prompt_tokens, cached_prompt_tokens=usage.cached_prompt_tokens,
+        conversation_id=ctx.conversation_id,
+        message_id=ctx.message_id,
+        api_key_id=ctx.api_key_id,
+        purpose=ctx.purpose,
+        tier=attempt.tier,
+        model=attempt.model[:100],
+        attempt=attempt.attempt,
+        prompt_tokens=usage.prompt_tokens,
+        cached_prompt_tokens=usage.cached_prompt_tokens,
         completion_tokens=usage.completion_tokens,
-        cost_usd=cost_usd(tier=attempt.tier, prompt_tokens=usage.prompt_tokens,
-                          completion_tokens=usage.completion_tokens, cached_prompt_tokens=usage.cached_prompt_tokens),
-        ttft_ms=attempt.ttft_ms, latency_ms=attempt.latency_ms, outcome=attempt.outcome,
-        error_code=attempt.error_code, http_status=attempt.http_status, estimated=usage.estimated,
+        cost_usd=cost_usd(
+            tier=attempt.tier,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
+        ),
+        ttft_ms=attempt.ttft_ms,
+        latency_ms=attempt.latency_ms,
+        outcome=attempt.outcome,
+        error_code=attempt.error_code,
+        http_status=attempt.http_status,
+        estimated=usage.estimated,
         created_at=attempt.started_at or timezone.now(),
     )
 
@@ -178,11 +177,9 @@ def saved_usd(*, tier: str, answer_text: str, prompt_tokens: int | None = None) 
     ``P = prompt_tokens`` when the caller knows the prompt that would have been sent, else
     :data:`TYPICAL_PROMPT_TOKENS`; ``C`` = the answer's tokens counted with the tier model's
     tokenizer (``count_tokens``, tiktoken-compatible), or estimated at ceil(UTF-8 bytes / 3)
-    while that tokenizer is still loading on the event loop (``routing.context.text_tokens``:
+    while that tokenizer is still loading on the event loop (``routing.tokens.text_tokens``:
     safe to call on the event loop). Raises ``KeyError`` for an unknown tier.
     """
-    from .context import text_tokens
-
     model = settings.KEFU_TIERS[tier]["model"]
     completion, _estimated = text_tokens(answer_text, model) if answer_text else (0, False)
     prompt = TYPICAL_PROMPT_TOKENS if prompt_tokens is None else max(0, prompt_tokens)

@@ -1,4 +1,5 @@
 """The store's FAQ (``FaqEntry``), the gateway's API keys (``ApiKey``) and the cost ledger (``UpstreamCall``)."""
+
 from __future__ import annotations
 
 from decimal import Decimal
@@ -107,7 +108,9 @@ class UpstreamCall(models.Model):
     purpose = models.CharField(max_length=16, choices=Purpose.choices, default=Purpose.ANSWER, db_index=True)
     tier = models.CharField(max_length=16)
     model = models.CharField(max_length=100, blank=True)
-    attempt = models.PositiveSmallIntegerField(default=1, help_text="1 for the first try of this tier, 2 for its retry...")
+    attempt = models.PositiveSmallIntegerField(
+        default=1, help_text="1 for the first try of this tier, 2 for its retry..."
+    )
     prompt_tokens = models.PositiveIntegerField(default=0)
     cached_prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)

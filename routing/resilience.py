@@ -21,32 +21,32 @@ Every attempt, skipped ones included, becomes a row of the cost ledger (``routin
 The backoff is "full jitter" from the AWS Architecture Blog, "Exponential Backoff And Jitter"
 (2015): sleep ``uniform(0, min(cap, base * 2**attempt))`` seconds.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
 from . import breaker as breakers
 from . import ledger, throttle
-from .ledger import Attempt, CallContext
+from .ledger import Attempt
 from .providers import ratelimits
 from .providers.base import ChatRequest, Provider, ProviderError, StreamDone, TextDelta
 from .providers.ratelimits import UpstreamKey
-
-if TYPE_CHECKING:
-    from .strategy import Decision
+from .tiers import TIER_ORDER, provider_for, tier_configured, tier_model
+from .types import CallContext, Decision
 
 log = logging.getLogger(__name__)
 
-TIER_ORDER = ("simple", "medium", "complex")
 RETRYABLE = {"rate_limited", "server", "connection", "timeout", "malformed"}
 # Failures that say the deployment is unwell and count towards opening its breaker. Not
 # `rate_limited` (the rate-limit headers and `retry-after` handle that, for exactly as long as the
@@ -64,11 +64,9 @@ def backoff_s(attempt: int, *, base_s: float, cap_s: float, retry_after_s: float
 
 def fallback_tiers(tier: str) -> list[str]:
     """``tier`` followed by the configured tiers above it, in ``TIER_ORDER``."""
-    from .strategy import tier_configured
-
     order = list(TIER_ORDER)
     start = order.index(tier) if tier in order else 0
-    return [tier] + [t for t in order[start + 1:] if tier_configured(t)]
+    return [tier] + [t for t in order[start + 1 :] if tier_configured(t)]
 
 
 def upstream_key(tier: str, provider: Provider, model: str) -> UpstreamKey:
@@ -102,7 +100,7 @@ async def _gate(tier: str, key: UpstreamKey, request: ChatRequest) -> tuple[str,
 
 async def stream_with_fallback(
     decision: Decision, *, context: CallContext | None = None
-) -> AsyncIterator[TextDelta | StreamDone]:
+) -> AsyncGenerator[TextDelta | StreamDone, None]:
     """Stream ``decision.request``; gates, retries and tier fallback as in the module docstring.
 
     ``context`` (conversation, shopper message, gateway key) is stored on the ledger rows.
@@ -111,8 +109,6 @@ async def stream_with_fallback(
     Raises the last ``ProviderError`` when every attempt failed or was skipped, or a
     ``ProviderError`` with ``after_first_token=True`` when a stream broke after sending text.
     """
-    from .strategy import _provider
-
     assert decision.request is not None and decision.tier is not None
     ctx = context or CallContext()
     retries = settings.KEFU_LLM_RETRIES
@@ -122,20 +118,36 @@ async def stream_with_fallback(
     tiers = fallback_tiers(decision.tier)
     for index, tier in enumerate(tiers):
         has_next = index < len(tiers) - 1
-        request = replace(decision.request, model=settings.KEFU_TIERS[tier]["model"])
-        provider = decision.provider if tier == decision.tier and decision.provider is not None else _provider(tier)
+        request = replace(decision.request, model=tier_model(tier))
+        provider = decision.provider if tier == decision.tier and decision.provider is not None else provider_for(tier)
         key = upstream_key(tier, provider, request.model)
         for attempt in range(retries + 1):
             decision.tier, decision.route, decision.request = tier, f"llm.{tier}", request
 
             started_at = timezone.now()
 
-            def row(outcome: str, **fields: Any) -> None:
+            # Bound as defaults: each attempt's row names that attempt, whenever it is called.
+            def row(
+                outcome: str,
+                *,
+                _tier: str = tier,
+                _attempt: int = attempt,
+                _started_at: datetime = started_at,
+                _model: str = request.model,
+                **fields: Any,
+            ) -> None:
                 """Record this attempt's ledger row (in the background, after the previous one)."""
                 nonlocal writing
-                fields.setdefault("model", request.model)
+                fields.setdefault("model", _model)
                 writing = ledger.record_attempt(
-                    Attempt(context=ctx, tier=tier, attempt=attempt + 1, outcome=outcome, started_at=started_at, **fields),
+                    Attempt(
+                        context=ctx,
+                        tier=_tier,
+                        attempt=_attempt + 1,
+                        outcome=outcome,
+                        started_at=_started_at,
+                        **fields,
+                    ),
                     after=writing,
                 )
 
@@ -146,8 +158,11 @@ async def stream_with_fallback(
             if skip is not None:
                 reason = skip[0]
                 log.warning("tier %s skipped: %s", tier, reason)
-                last = ProviderError(f"tier {tier} skipped: {reason}", permanent=False,
-                                     code="server" if reason == "circuit_open" else "rate_limited")
+                last = ProviderError(
+                    f"tier {tier} skipped: {reason}",
+                    permanent=False,
+                    code="server" if reason == "circuit_open" else "rate_limited",
+                )
                 row("fell_back" if has_next else "failed", error_code=reason)
                 break
 
@@ -173,17 +188,29 @@ async def stream_with_fallback(
                     verdict = True
                 # Without an HTTP status the request reached the upstream and broke (timeout,
                 # dropped connection, bad chunk): it may be billed, so its tokens are counted.
-                billed = {"count_messages": request.messages, "received_text": "".join(texts)} if e.status is None else {}
+                billed: dict[str, Any] = (
+                    {"count_messages": request.messages, "received_text": "".join(texts)} if e.status is None else {}
+                )
                 if texts or e.after_first_token:
-                    row("failed", ttft_ms=ttft_ms, latency_ms=latency_ms, error_code=e.code,
-                        http_status=e.status, **billed)
+                    row(
+                        "failed",
+                        ttft_ms=ttft_ms,
+                        latency_ms=latency_ms,
+                        error_code=e.code,
+                        http_status=e.status,
+                        **billed,
+                    )
                     raise
                 last = e
                 log.warning("tier %s failed before its first token (%s, attempt %d)", tier, e.code, attempt + 1)
                 wait: float | None = None
                 if not e.permanent and e.code in RETRYABLE and attempt < retries:
-                    wait = backoff_s(attempt, base_s=settings.KEFU_LLM_RETRY_BASE_S,
-                                     cap_s=settings.KEFU_LLM_RETRY_CAP_S, retry_after_s=e.retry_after_s)
+                    wait = backoff_s(
+                        attempt,
+                        base_s=settings.KEFU_LLM_RETRY_BASE_S,
+                        cap_s=settings.KEFU_LLM_RETRY_CAP_S,
+                        retry_after_s=e.retry_after_s,
+                    )
                     if time.monotonic() + wait >= deadline:
                         wait = None  # waiting would cost more than trying the next tier now
                 outcome = "retried" if wait is not None else "fell_back" if has_next else "failed"
@@ -199,13 +226,23 @@ async def stream_with_fallback(
                 if done is not None:  # stopped right after the end: a complete answer
                     breaker.record_success()
                     verdict = True
-                    row("ok", usage=done.usage, model=done.model or request.model, ttft_ms=done.ttft_ms,
-                        latency_ms=done.latency_ms)
+                    row(
+                        "ok",
+                        usage=done.usage,
+                        model=done.model or request.model,
+                        ttft_ms=done.ttft_ms,
+                        latency_ms=done.latency_ms,
+                    )
                 else:
                     abandoned = isinstance(e, (GeneratorExit, asyncio.CancelledError))
-                    row("failed", ttft_ms=ttft_ms, latency_ms=latency_ms,
+                    row(
+                        "failed",
+                        ttft_ms=ttft_ms,
+                        latency_ms=latency_ms,
                         error_code="abandoned" if abandoned else "internal",
-                        count_messages=request.messages, received_text="".join(texts))
+                        count_messages=request.messages,
+                        received_text="".join(texts),
+                    )
                 raise
             finally:
                 throttle.release(tier)
@@ -213,10 +250,15 @@ async def stream_with_fallback(
                     breaker.release()
             breaker.record_success()
             usage = done.usage if done is not None else None
-            row("ok", usage=usage, model=(done.model if done is not None else "") or request.model,
+            row(
+                "ok",
+                usage=usage,
+                model=(done.model if done is not None else "") or request.model,
                 ttft_ms=done.ttft_ms if done is not None else ttft_ms,
                 latency_ms=done.latency_ms if done is not None else (time.perf_counter() - started) * 1000,
-                count_messages=None if usage is not None else request.messages, received_text="".join(texts))
+                count_messages=None if usage is not None else request.messages,
+                received_text="".join(texts),
+            )
             return
     assert last is not None
     raise last

@@ -15,6 +15,7 @@ in front of the answer, so a slow upstream costs the cache hit, never the answer
 
 Settings read: ``KEFU_REWRITE_TIMEOUT_S`` (float seconds), ``KEFU_TIERS`` (the tier's model).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,12 +23,13 @@ import dataclasses
 import logging
 import re
 from collections.abc import Sequence
-from contextlib import aclosing
 
 from django.conf import settings
 
-from .ledger import CallContext
-from .providers.base import ChatRequest, ProviderError, StreamDone, TextDelta
+from .complete import complete
+from .providers.base import ProviderError
+from .tiers import tier_configured
+from .types import CallContext
 
 log = logging.getLogger(__name__)
 
@@ -123,31 +125,20 @@ async def standalone_question(
     "length"``), or :func:`clean_rewrite` refuses the reply. Never raises for upstream failures;
     cancellation of the caller propagates.
     """
-    from .resilience import stream_with_fallback
-    from .strategy import Decision, tier_configured
-
     if not tier_configured(tier) or not text.strip():
         return None
     if not any((body or "").strip() for _, body in history):
         return None  # nothing to resolve "it" / "the blue one" from
-    request = ChatRequest(
-        messages=build_rewrite_messages(history=history, text=text, locale=locale),
-        model=settings.KEFU_TIERS[tier]["model"],
-        max_tokens=REWRITE_MAX_TOKENS,
-        temperature=0.0,  # the same follow-up should give the same key
-    )
-    decision = Decision(route=f"llm.{tier}", locale=locale, tier=tier, request=request, reason="rewrite")
-    texts: list[str] = []
-    done: StreamDone | None = None
     try:
         async with asyncio.timeout(rewrite_timeout_s()):
-            ctx = dataclasses.replace(context or CallContext(), purpose="rewrite")
-            async with aclosing(stream_with_fallback(decision, context=ctx)) as stream:
-                async for item in stream:
-                    if isinstance(item, TextDelta):
-                        texts.append(item.text)
-                    elif isinstance(item, StreamDone):
-                        done = item
+            answer = await complete(
+                messages=build_rewrite_messages(history=history, text=text, locale=locale),
+                tier=tier,
+                context=dataclasses.replace(context or CallContext(), purpose="rewrite"),
+                max_tokens=REWRITE_MAX_TOKENS,
+                temperature=0.0,  # the same follow-up should give the same key
+                locale=locale,
+            )
     except TimeoutError:
         log.info("rewrite (%s) timed out after %.1f s", REWRITE_PROMPT_VERSION, rewrite_timeout_s())
         return None
@@ -157,10 +148,10 @@ async def standalone_question(
     except Exception:  # a bug of ours must not cost the shopper the answer: it only costs a cache hit
         log.exception("rewrite (%s) broke", REWRITE_PROMPT_VERSION)
         return None
-    if done is None or done.finish_reason == "length":
-        log.info("rewrite (%s) cut short (finish_reason=%s)", REWRITE_PROMPT_VERSION, done and done.finish_reason)
+    if not answer.complete:
+        log.info("rewrite (%s) cut short (finish_reason=%s)", REWRITE_PROMPT_VERSION, answer.finish_reason)
         return None
-    out = clean_rewrite("".join(texts))
+    out = clean_rewrite(answer.text)
     if out is None:
-        log.info("rewrite (%s) refused: %r", REWRITE_PROMPT_VERSION, "".join(texts)[:120])
+        log.info("rewrite (%s) refused: %r", REWRITE_PROMPT_VERSION, answer.text[:120])
     return out

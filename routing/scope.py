@@ -30,12 +30,14 @@ in the seed as in scope.
 
 Pure Python + numpy at inference time (scikit-learn only to train); no Django imports.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -167,7 +169,7 @@ class ScopeClassifier:
         extra_in_scope: Sequence[str] = (),
         threshold: float = DEFAULT_THRESHOLD,
         c: float = DEFAULT_C,
-    ) -> "ScopeClassifier":
+    ) -> ScopeClassifier:
         """Fit the classifier.
 
         ``seed``: ``{"in_scope": {locale: [...]}, "out_of_scope": {locale: [...]}}``; ``None``
@@ -184,13 +186,14 @@ class ScopeClassifier:
         inside = list(dict.fromkeys(t for texts in data["in_scope"].values() for t in texts))
         in_set = set(inside)
         # A text in both classes is kept in scope only (conservative).
-        outside = [t for t in dict.fromkeys(t for texts in data["out_of_scope"].values() for t in texts)
-                   if t not in in_set]
+        outside = [
+            t for t in dict.fromkeys(t for texts in data["out_of_scope"].values() for t in texts) if t not in in_set
+        ]
         extra = [t for t in dict.fromkeys(extra_in_scope) if isinstance(t, str) and t.strip() and t not in in_set]
 
         vecs = np.asarray(embedder.embed(inside + outside + extra), dtype=np.float32)
         n_in, n_out = len(inside), len(outside)
-        x_in, x_out, x_extra = vecs[:n_in], vecs[n_in:n_in + n_out], vecs[n_in + n_out:]
+        x_in, x_out, x_extra = vecs[:n_in], vecs[n_in : n_in + n_out], vecs[n_in + n_out :]
 
         # The regression is fitted on the seed only, with leave-one-out neighbour features (a
         # row's own similarity, 1.0, must not count). The store's FAQ phrasings join the
@@ -205,11 +208,13 @@ class ScopeClassifier:
         sim_out = seed_vecs @ x_out.T
         sim_in[np.arange(n_in), np.arange(n_in)] = -1.0
         sim_out[n_in + np.arange(n_out), np.arange(n_out)] = -1.0
-        feats = np.hstack([
-            seed_vecs,
-            NEIGHBOUR_SCALE * _mean_top_k(sim_in, NEIGHBOURS)[:, None],
-            NEIGHBOUR_SCALE * _mean_top_k(sim_out, NEIGHBOURS)[:, None],
-        ])
+        feats = np.hstack(
+            [
+                seed_vecs,
+                NEIGHBOUR_SCALE * _mean_top_k(sim_in, NEIGHBOURS)[:, None],
+                NEIGHBOUR_SCALE * _mean_top_k(sim_out, NEIGHBOURS)[:, None],
+            ]
+        )
         y = np.concatenate([np.zeros(n_in), np.ones(n_out)]).astype(np.int64)
         model = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
         model.fit(feats, y)

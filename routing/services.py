@@ -1,135 +1,327 @@
-"""The FAQ model's life cycle: train it from the database, keep it fresh, and write FAQ entries.
+"""The router's one door: everything Chat asks of the router goes through this module (and the
+plain values of ``routing.types``). An import-linter contract keeps it so (``make check``).
 
-One ``FaqRegistry`` per process holds the current ``FaqModel`` and ``ScopeClassifier``. It is
-retrained when the FAQ changes: writers call ``faq_changed()``, and a background poller (started
-by the ASGI app) notices changes made by other processes (``count`` and latest ``updated_at``,
-checked every ``KEFU_FAQ_POLL_S`` seconds). The old model keeps answering while a new one trains.
+One shopper message crosses the door three times::
+
+    router.answer_prepare(text=..., locale=...)            # as the message arrives: classify early
+    answer = await router.answer_open(question=q, history=loader)   # who answers (a route)
+    async for piece in answer.stream(): ...                # the text, piece by piece
+    record = await answer.finish(text=..., ttft_ms=..., latency_ms=..., cut=...)
+    await answer.after_end()                               # cache store / audit, after stream.end
+
+Chat supplies the history (a :class:`~routing.types.HistoryLoader`), called only on the remote
+path, so a cache or FAQ answer costs no history query. Names follow HackSoft's
+``<entity>_<action>``.
 """
+
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
-from dataclasses import dataclass
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from decimal import Decimal
 
-from django.conf import settings
-from django.db import close_old_connections
-from django.db.models import Count, Max
+from channels.db import database_sync_to_async
 
-from typing import TYPE_CHECKING
+from cache_layer import audit as cache_audit
+from cache_layer import services as cache
 
-from cache_layer.embeddings import get_embedder
-
-from .models import FaqEntry
-
-if TYPE_CHECKING:  # imported lazily: management commands should not pay for scikit-learn
-    from .faq_model import FaqModel
-    from .scope import ScopeClassifier
+from . import answers, singleflight, strategy, tasks, warmup
+from . import summary as summaries
+from .context import SYSTEM_PROMPT_VERSION
+from .providers.base import ProviderError, StreamDone, TextDelta
+from .registry import registry
+from .replies import person_request_words
+from .resilience import stream_with_fallback
+from .types import AnswerRecord, CallContext, Decision, HistoryLoader, Question, Suggestion
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "Answer",
+    "AnswerCut",
+    "answer_open",
+    "answer_prepare",
+    "cached_answer_mark_wrong",
+    "cached_answer_marks",
+    "person_request_words",
+    "reply_suggest",
+    "router_start",
+    "router_status",
+    "summaries_on",
+    "summary_compose",
+    "summary_min_turns",
+    "summary_turns_due",
+]
 
-@dataclass(frozen=True)
-class FaqAnswerView:
-    """What the router needs of an entry, detached from the ORM (safe to share across threads)."""
 
-    entry_id: int
-    intent: str
-    locale: str
-    question: str
-    answer: str
+class AnswerCut(Exception):
+    """A remote answer broke after some of its text was streamed (``cause`` says why): the caller
+    stores what it streamed as cut and tells the shopper. ``code`` is the provider's error code."""
+
+    def __init__(self, cause: ProviderError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.code = cause.code
 
 
-class FaqRegistry:
-    """Process-wide holder of the trained models. ``ready`` is True once a first model is loaded."""
+def answer_prepare(*, text: str, locale: str) -> None:
+    """Start classifying ``text`` off the event loop now (FAQ match, scope, cache lookup), so that
+    the embedding and the cache lookup overlap the database writes that store the message.
+    ``locale``: the conversation's (``"en"``/``"zh"``). Never raises; must run on the event loop."""
+    strategy.prefetch(text=text, conversation_locale=locale)
 
-    def __init__(self) -> None:
-        self.model: FaqModel | None = None
-        self.scope: ScopeClassifier | None = None
-        self.entries: dict[int, FaqAnswerView] = {}
-        self.by_intent: dict[tuple[str, str], FaqAnswerView] = {}
-        self.fingerprint: tuple[int, str] | None = None
-        self.error: str = ""
-        self._train_lock = threading.Lock()
-        self._poller: threading.Thread | None = None
+
+class Answer:
+    """One shopper message's answer, opened by :func:`answer_open`.
+
+    ``route``: who answers (protocol 1's routes); it may change while streaming (a tier fallback,
+    or a handoff when the remote model fails before its first token), so read it again after
+    :meth:`stream`. ``locale``, ``reason`` (the router's own words), ``queue_for_agent`` (after the
+    answer, put the conversation in the agents' queue; always so for route ``handoff``).
+    """
+
+    def __init__(self, decision: Decision, question: Question) -> None:
+        self._decision = decision
+        self._question = question
+        self._done: StreamDone | None = None
+        self._source: AsyncIterator[TextDelta | StreamDone] | None = None
+        self._first: asyncio.Future[TextDelta | StreamDone] | None = None
+        self._closed = False
+        self._record: AnswerRecord | None = None
+        if decision.request is not None and decision.provider is not None:
+            # Identical cacheable questions in flight at once share one upstream call (routing.singleflight).
+            self._source = singleflight.open_stream(
+                decision,
+                question=decision.cache_question or question.text,
+                context=CallContext(conversation_id=question.conversation_id, message_id=question.message_id),
+            )
+            # Open the upstream request now, while Chat writes the bot row: saves a DB round trip of TTFT.
+            self._first = asyncio.ensure_future(anext(self._source))
 
     @property
-    def ready(self) -> bool:
-        return self.model is not None and self.scope is not None
+    def route(self) -> str:
+        return self._decision.route
 
-    @staticmethod
-    def _db_fingerprint() -> tuple[int, str]:
-        agg = FaqEntry.objects.filter(active=True).aggregate(n=Count("id"), latest=Max("updated_at"))
-        return int(agg["n"] or 0), str(agg["latest"] or "")
+    @property
+    def locale(self) -> str:
+        return self._decision.locale
 
-    def reload(self) -> None:
-        """Train new models from the active FAQ entries and swap them in (blocking, thread-safe)."""
-        from .faq_model import FaqModel, FaqTrainingEntry
-        from .scope import ScopeClassifier
+    @property
+    def reason(self) -> str:
+        return self._decision.reason
 
-        with self._train_lock:
-            fingerprint = self._db_fingerprint()
-            rows = list(FaqEntry.objects.filter(active=True).order_by("id"))
-            views = {
-                r.pk: FaqAnswerView(r.pk, r.intent, r.locale, r.question, r.answer) for r in rows
-            }
-            training = [FaqTrainingEntry(r.pk, r.intent, r.locale, tuple(r.phrasings)) for r in rows]
-            embedder = get_embedder()
-            model = FaqModel.train(
-                training,
-                embedder,
-                min_confidence=settings.KEFU_FAQ_MIN_CONFIDENCE,
-                min_similarity=settings.KEFU_FAQ_MIN_SIMILARITY,
-                single_entry_min_similarity=settings.KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY,
-            )
-            if self.scope is None or self.fingerprint != fingerprint:
-                scope = ScopeClassifier.train(
-                    embedder,
-                    extra_in_scope=[p for t in training for p in t.phrasings],
-                    threshold=settings.KEFU_SCOPE_THRESHOLD,
-                )
-            else:
-                scope = self.scope
-            self.model, self.scope, self.entries = model, scope, views
-            self.by_intent = {(v.intent, v.locale): v for v in views.values()}
-            self.fingerprint = fingerprint
-            self.error = ""
-            log.info("FAQ model trained on %d entries (version %s)", len(rows), model.version)
+    @property
+    def queue_for_agent(self) -> bool:
+        return self._decision.queue_for_agent or self._decision.route == "handoff"
 
-    def reload_if_changed(self) -> bool:
-        """Retrain when the database's FAQ differs from the loaded one; True when it retrained."""
-        if self.ready and self._db_fingerprint() == self.fingerprint:
-            return False
-        self.reload()
-        return True
+    @property
+    def remote(self) -> bool:
+        """Whether a remote model is (or was) streaming this answer."""
+        return self._source is not None
 
-    def start_background(self) -> None:
-        """Load the first model and keep it fresh, in a daemon thread (idempotent)."""
-        if self._poller is not None:
+    async def stream(self) -> AsyncIterator[str]:
+        """The answer's text in pieces (non-empty strings). A fixed answer (FAQ, cache, decline,
+        handoff) comes in pieces of about 40 code points. When the remote model fails before any
+        text, a polite handoff is streamed instead (``route`` becomes ``handoff``). Raises
+        :class:`AnswerCut` when the remote stream broke after some text."""
+        if self._source is None:
+            for piece in answers.chunks(self._decision.text or ""):
+                yield piece
             return
-
-        def run() -> None:
-            import time
-
+        sent = False
+        try:
             while True:
                 try:
-                    close_old_connections()
-                    self.reload_if_changed()
-                except Exception as e:  # the thread's edge: keep serving the old model, retry later
-                    self.error = f"{type(e).__name__}: {e}"
-                    log.exception("FAQ model reload failed")
-                finally:
-                    close_old_connections()
-                time.sleep(settings.KEFU_FAQ_POLL_S)
+                    if self._first is not None:
+                        first, self._first = self._first, None
+                        item = await first
+                    else:
+                        item = await anext(self._source)
+                except StopAsyncIteration:
+                    break
+                if isinstance(item, StreamDone):
+                    self._done = item
+                elif item.text:
+                    sent = True
+                    yield item.text
+        except ProviderError as e:
+            if sent:
+                raise AnswerCut(e) from e
+            log.warning("remote model failed (%s, %s): %s", self._decision.route, e.code, e)
+            self._decision = strategy.handoff_decision(
+                locale=self._decision.locale, reason=f"remote model failed: {e.code}"
+            )
+            await self.close()
+            self._source = None
+            for piece in answers.chunks(self._decision.text or ""):
+                yield piece
 
-        self._poller = threading.Thread(target=run, name="faq-model", daemon=True)
-        self._poller.start()
+    async def close(self) -> None:
+        """Stop the upstream call, if any (idempotent): after the stream, or when the answer is
+        abandoned (an agent holds the conversation, the answer was fenced)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._first is not None:
+            self._first.cancel()
+            self._first = None
+        aclose = getattr(self._source, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def finish(self, *, text: str, ttft_ms: float | None, latency_ms: float, cut: bool) -> AnswerRecord:
+        """How the answer ended, with its cost (remote: tokens and USD) or the cost it saved (FAQ
+        and cache answers, priced at the tier that would have answered), for Chat to store.
+
+        ``text``: what reached the shopper; ``ttft_ms`` / ``latency_ms``: from the message being
+        stored to the first piece / to the end (ms); ``cut``: it stopped before its end. Counting
+        tokens (a stream with no usage chunk) loads the tokenizer, so it runs in a thread."""
+        await self.close()
+        decision, route = self._decision, self._decision.route
+        fields = {
+            "decision": decision,
+            "route": route,
+            "text": text,
+            "done": self._done,
+            "ttft_ms": ttft_ms,
+            "latency_ms": latency_ms,
+            "cut": cut,
+        }
+        if route.startswith("llm.") and self._done is None:
+            record = await asyncio.to_thread(lambda: strategy.answer_record(**fields))  # type: ignore[arg-type]
+        else:
+            record = strategy.answer_record(**fields)  # type: ignore[arg-type]
+        if route.startswith("llm.") and singleflight.is_follower(self._source):
+            # Another question's upstream call answered this one: no tokens or cost of its own; the
+            # cost of that call is what this answer saved (routing.singleflight).
+            record = replace(
+                record, prompt_tokens=0, completion_tokens=0, cost_usd=Decimal(0), saved_usd=record.cost_usd
+            )
+        self._record = record
+        return record
+
+    async def after_end(self) -> None:
+        """Work after the answer reached the shopper, never waited for by the shopper and never
+        raising: a complete remote answer is offered to the answer cache (its policy refuses
+        personal data, follow-ups and the like), keyed on the standalone rewrite of a follow-up
+        when there is one; a sampled share of semantic hits is re-answered and compared
+        (``routing.tasks.maybe_audit_async``). Call after :meth:`finish`."""
+        record = self._record
+        if record is None or record.cut:
+            return
+        decision, question = self._decision, self._question
+        if record.route.startswith("llm.") and decision.cache_scope and record.text:
+            try:
+                await database_sync_to_async(cache.store)(
+                    question=decision.cache_question or question.text,
+                    answer=record.text,
+                    scope=decision.cache_scope,
+                    embedding=decision.cache_vector,
+                    route=record.route,
+                    model=record.model,
+                    grounded_on=decision.grounded_on,
+                    prompt_version=SYSTEM_PROMPT_VERSION,
+                    cut=False,
+                    locale=decision.locale,
+                )
+            except Exception:  # the cache is an optimisation: a failure to store is logged, not shown
+                log.exception("storing the answer to message %s in the cache failed", question.message_id)
+        elif record.route == "cache.semantic" and decision.cache_entry_id is not None:
+            try:
+                await tasks.maybe_audit_async(
+                    entry_id=decision.cache_entry_id,
+                    question=decision.cache_question or question.text,
+                    message_id=question.message_id,
+                )
+            except Exception:  # an audit is a measurement: a failure is logged, never shown
+                log.exception("sampling cache hit %s for audit failed", decision.cache_entry_id)
 
 
-registry = FaqRegistry()
+async def answer_open(*, question: Question, history: HistoryLoader) -> Answer:
+    """Decide who answers ``question`` (``routing.strategy``: handoff keywords, FAQ, scope, then a
+    cached or fresh remote answer, else a handoff) and open its answer; a remote answer's upstream
+    request is sent at once. ``history`` is called only on the remote path. Never raises for
+    content; raises what ``history`` raises."""
+    decision = await strategy.decide(question=question, history=history)
+    return Answer(decision, question)
 
 
-def faq_changed() -> None:
-    """Call after writing FAQ entries: retrains this process's model now (other processes notice
-    within ``KEFU_FAQ_POLL_S`` seconds)."""
-    if registry.ready or registry._poller is not None:
-        registry.reload()
+async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader) -> Suggestion:
+    """Draft a reply for an agent to the latest of ``questions`` (newest first) the bot could
+    answer: the FAQ model, the answer cache, then the remote model (purpose ``suggestion``).
+    Questions only asking for a person, or that the bot would decline or hand off, are skipped
+    in favour of the earlier ones. A draft is never sent or stored. A remote failure is logged
+    and gives an empty draft; never raises for upstream failures."""
+    for question in questions:
+        decision = await strategy.decide(question=question, history=history)
+        if decision.route == "faq" or decision.route.startswith("cache."):
+            return Suggestion(decision.text or "", decision.route, question.seq)
+        if decision.provider is not None and decision.request is not None:
+            parts: list[str] = []
+            context = CallContext(conversation_id=question.conversation_id, purpose="suggestion")
+            try:
+                async for item in stream_with_fallback(decision, context=context):
+                    if isinstance(item, TextDelta):
+                        parts.append(item.text)
+            except ProviderError as e:
+                log.warning("suggested reply for %s failed: %s", question.conversation_id, e)
+                return Suggestion("", None, None)
+            return Suggestion("".join(parts), decision.route, question.seq)
+    return Suggestion("", None, None)
+
+
+def cached_answer_mark_wrong(*, entry_id: int, by: str, message_id: int | None) -> bool:
+    """An agent (``by``: username) says cached answer ``entry_id`` was wrong for shopper message
+    ``message_id``: evict it and count a false hit (``cache_layer.audit.mark_wrong``). False when
+    the entry was already gone (nothing recorded)."""
+    return cache_audit.mark_wrong(entry_id=entry_id, by=by, message_id=message_id)
+
+
+def cached_answer_marks(*, message_ids: list[int]) -> dict[int, str]:
+    """Of the shopper messages ``message_ids``, those whose cached answer an agent marked wrong:
+    ``{message id: agent's username}``. One query, none for an empty list."""
+    return cache_audit.agent_marks(message_ids=message_ids)
+
+
+def summaries_on() -> bool:
+    """Whether rolling summaries are written (the ``simple`` tier is configured, and
+    ``KEFU_SUMMARY_MIN_TURNS`` is positive)."""
+    return summaries.summaries_on()
+
+
+def summary_min_turns() -> int:
+    """``KEFU_SUMMARY_MIN_TURNS``: at least this many turns must have left the window."""
+    return summaries.min_turns()
+
+
+def summary_turns_due(*, turns: Sequence[list[tuple[str, str]]], summary: str, locale: str) -> int:
+    """How many of the oldest ``turns`` (not yet summarised, oldest first) left the prompt window
+    next to the rolling ``summary``. Blocking (the tokenizer)."""
+    return summaries.turns_left_window(turns, summary=summary, locale=locale)
+
+
+def summary_compose(
+    *, previous: str, turns: Sequence[list[tuple[str, str]]], locale: str, conversation_id: uuid.UUID | None
+) -> str | None:
+    """The rolling summary ``previous`` extended with ``turns``, written by the ``simple`` tier;
+    None when that failed or no tier is configured. Blocking."""
+    return summaries.summary_write(previous=previous, turns=turns, locale=locale, conversation_id=conversation_id)
+
+
+def router_start() -> None:
+    """Load the FAQ model and keep it fresh, and warm the router up (SDK import, tokenizers, tier
+    classifier, embedder), in background threads; returns at once (the server's start-up)."""
+    registry.start_background()
+    warmup.start()
+
+
+def router_status() -> dict[str, str]:
+    """``{"faq_model": ..., "router": ...}``, each ``ok``, ``loading`` or ``error: ...``."""
+    if registry.ready:
+        faq = "ok"
+    else:
+        faq = f"error: {registry.error}" if registry.error else "loading"
+    return {"faq_model": faq, "router": warmup.status()}

@@ -32,23 +32,23 @@ single flight is out of scope.
 
 Setting read: ``KEFU_SINGLE_FLIGHT`` (bool, default on).
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from cache_layer.normalise import exact_key_text
+from cache_layer.policy import may_cache_question, personal_data
+
 from .context import SUMMARY_HEADING
-from .ledger import CallContext
 from .providers.base import ChatRequest, ProviderError, StreamItem
 from .resilience import stream_with_fallback
-
-if TYPE_CHECKING:
-    from .strategy import Decision
+from .types import CallContext, Decision
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,6 @@ FlightKey = tuple[str, str, str]
 def flight_key(decision: Decision, question: str) -> FlightKey | None:
     """The key identical questions share, or None when ``decision`` may not take part (single
     flight off, no cache scope, not a remote decision, or ``question`` is not cacheable)."""
-    from cache_layer.normalise import exact_key_text
-    from cache_layer.policy import may_cache_question
-
     if not getattr(settings, "KEFU_SINGLE_FLIGHT", True):
         return None
     if not decision.cache_scope or decision.tier is None or decision.request is None:
@@ -75,8 +72,6 @@ def may_lead(request: ChatRequest) -> bool:
     """Whether ``request`` may be shared: no personal data in its non-system messages (earlier
     turns, the new message) nor in the rolling summary of its system message. The rest of the
     system message is the store's own text (grounding)."""
-    from cache_layer.policy import personal_data
-
     for message in request.messages:
         content = message.get("content")
         if not isinstance(content, str):
@@ -126,8 +121,9 @@ class Flight:
                 self.items.append(item)
                 self._notify()
         except asyncio.CancelledError:  # every subscriber left: the call was abandoned
-            self.error = ProviderError("shared stream abandoned", code="connection", permanent=False,
-                                       after_first_token=bool(self.items))
+            self.error = ProviderError(
+                "shared stream abandoned", code="connection", permanent=False, after_first_token=bool(self.items)
+            )
             raise
         except Exception as e:  # the task's edge: handed to every subscriber, who raises it
             self.error = e
@@ -148,9 +144,14 @@ def _unregister(flight: Flight) -> None:
 def _copy_error(error: BaseException) -> BaseException:
     """A fresh exception for one subscriber (each raises its own: tracebacks are per raise)."""
     if isinstance(error, ProviderError):
-        return ProviderError(error.message, code=error.code, permanent=error.permanent,
-                             retry_after_s=error.retry_after_s, status=error.status,
-                             after_first_token=error.after_first_token)
+        return ProviderError(
+            error.message,
+            code=error.code,
+            permanent=error.permanent,
+            retry_after_s=error.retry_after_s,
+            status=error.status,
+            after_first_token=error.after_first_token,
+        )
     return RuntimeError(f"shared upstream stream failed: {error!r}")
 
 
@@ -208,9 +209,7 @@ class Subscription:
             await asyncio.wait([flight.task])
 
 
-def open_stream(
-    decision: Decision, *, question: str, context: CallContext
-) -> AsyncIterator[StreamItem]:
+def open_stream(decision: Decision, *, question: str, context: CallContext) -> AsyncIterator[StreamItem]:
     """The stream answering ``decision``: a subscription to the identical question already in
     flight in this process, a new flight that later identical questions may join, or (not
     eligible, see the module docstring) ``stream_with_fallback`` itself. ``question``: the cache

@@ -13,6 +13,7 @@ The exact count would need the tokenizer, whose first load takes seconds: not on
 ``admit`` never waits: a tier over a limit is refused at once with the seconds until it would
 have room, and the router decides (fall back, or wait when no other tier is left).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,10 +25,8 @@ from typing import Any, Literal
 
 from django.conf import settings
 from limits import RateLimitItemPerMinute
-from limits.aio.storage import MemoryStorage, RedisStorage, Storage
-from limits.aio.strategies import MovingWindowRateLimiter
 
-from chat.loops import PerLoop
+from lib.ratelimit import moving_window
 
 __all__ = ["Refusal", "admit", "estimate_tokens", "release", "reset"]
 
@@ -47,17 +46,7 @@ _in_flight: Counter[str] = Counter()
 _in_flight_lock = threading.Lock()
 
 
-def _make_limiter() -> MovingWindowRateLimiter:
-    storage: Storage
-    if settings.REDIS_URL:
-        storage = RedisStorage("async+" + settings.REDIS_URL, implementation="redispy", key_prefix="kefu-tiers")
-    else:
-        storage = MemoryStorage()
-    return MovingWindowRateLimiter(storage)
-
-
-# One limiter per event loop: an async Redis storage's connections belong to the loop that made them.
-_limiters: PerLoop[MovingWindowRateLimiter] = PerLoop(_make_limiter)
+_limiters = moving_window(key_prefix="kefu-tiers")
 
 
 def estimate_tokens(messages: list[dict[str, Any]], max_tokens: int | None) -> int:
@@ -101,7 +90,7 @@ async def admit(tier: str, *, tokens: int) -> Refusal | None:
                     stats = await limiter.get_window_stats(item, "tier", tier, budget)
                     release(tier)
                     return Refusal(reason, max(0.0, stats.reset_time - time.time()))
-            for reason, item, budget, cost in checks:
+            for _reason, item, budget, cost in checks:
                 await limiter.hit(item, "tier", tier, budget, cost=cost)
     except BaseException:
         release(tier)

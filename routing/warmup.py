@@ -10,7 +10,7 @@ as the server starts; ``/healthz`` reports ``router: loading`` (HTTP 503) until 
 What is warmed:
 
 * the ``openai`` SDK and the provider module (imports);
-* the tokenizer of every configured tier's model (``routing.context.warm_tokenizer``), so prompt
+* the tokenizer of every configured tier's model (``routing.tokens.warm_tokenizer``), so prompt
   budgets are counted exactly from the first message;
 * the tier classifier (``routing.classifier.get_classifier``: trains on the shipped labels);
 * the answer cache's intent model and the embedder (one embedding).
@@ -18,10 +18,20 @@ What is warmed:
 A failure is logged and reported as ``error: ...`` by :func:`status`; the server still serves
 (each part loads again lazily at first use and raises there).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from cache_layer.embeddings import embed_batched
+from cache_layer.intent_model import get_intent_model
+
+from . import tokens
+from .classifier import get_classifier
 
 log = logging.getLogger(__name__)
 
@@ -64,26 +74,18 @@ def _run() -> None:
         _state = f"error: {type(e).__name__}: {e}"
         return
     finally:
-        from django.db import close_old_connections
-
         close_old_connections()
     _state = "ok"
 
 
 def warm() -> None:
     """The warm-up itself (blocking, ~3-5 s on 2 cores the first time in a process)."""
-    from django.conf import settings
-
-    from cache_layer.embeddings import embed_batched
-    from cache_layer.intent_model import get_intent_model
-
-    from . import context
-    from .classifier import get_classifier
-    from .providers import openai_remote  # noqa: F401  (imports the openai SDK)
+    # The point of this import is its cost: the openai SDK (~1.2 s), paid here, not by a shopper.
+    from .providers import openai_remote  # noqa: F401
 
     for tier in settings.KEFU_TIERS.values():
         if tier.get("api_key") and tier.get("model"):
-            context.warm_tokenizer(str(tier["model"]))
+            tokens.warm_tokenizer(str(tier["model"]))
     get_classifier()
     get_intent_model()
     embed_batched(["warm up"])

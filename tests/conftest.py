@@ -4,6 +4,7 @@ Services are used where they are: Redis at ``REDIS_URL`` (default redis://127.0.
 PostgreSQL at ``TEST_DATABASE_URL`` (default postgres://postgres@127.0.0.1:5432/postgres), Chromium
 at /usr/bin/chromium. A test that needs a missing one is skipped with the reason.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,21 +31,55 @@ CHROMIUM = "/usr/bin/chromium"
 
 # A small FAQ in the project's own words for tests (the demo FAQ is routing/demo/faq_demo.jsonl).
 TEST_FAQ = [
-    {"intent": "shipping_time", "locale": "en", "question": "How long does delivery take?",
-     "variants": ["when will my parcel arrive", "how many days is shipping", "delivery time to the UK",
-                  "how fast do you ship", "shipping duration", "how long until my order gets here"],
-     "answer": "Orders ship within 1 business day and arrive in 2-4 business days.\n1. Standard: 2-4 days\n2. Express: next day"},
-    {"intent": "return_policy", "locale": "en", "question": "What is your return policy?",
-     "variants": ["can I return an item", "how do returns work", "I want to send something back",
-                  "return window", "do you accept returns", "how many days do I have to return"],
-     "answer": "You can return unused items within {{Return Window Days}} days for a full refund."},
-    {"intent": "payment_methods", "locale": "en", "question": "Which payment methods do you accept?",
-     "variants": ["can I pay with paypal", "do you take credit cards", "payment options",
-                  "can I pay by card", "is apple pay accepted", "how can I pay"],
-     "answer": "We accept Visa, Mastercard, PayPal and Apple Pay."},
-    {"intent": "shipping_time", "locale": "zh", "question": "多久能送到？",
-     "variants": ["什么时候发货", "快递要几天", "几天能到", "配送需要多长时间"],
-     "answer": "订单在一个工作日内发货，2到4个工作日送达。"},
+    {
+        "intent": "shipping_time",
+        "locale": "en",
+        "question": "How long does delivery take?",
+        "variants": [
+            "when will my parcel arrive",
+            "how many days is shipping",
+            "delivery time to the UK",
+            "how fast do you ship",
+            "shipping duration",
+            "how long until my order gets here",
+        ],
+        "answer": "Orders ship within 1 business day and arrive in 2-4 business days.\n1. Standard: 2-4 days\n2. Express: next day",
+    },
+    {
+        "intent": "return_policy",
+        "locale": "en",
+        "question": "What is your return policy?",
+        "variants": [
+            "can I return an item",
+            "how do returns work",
+            "I want to send something back",
+            "return window",
+            "do you accept returns",
+            "how many days do I have to return",
+        ],
+        "answer": "You can return unused items within {{Return Window Days}} days for a full refund.",
+    },
+    {
+        "intent": "payment_methods",
+        "locale": "en",
+        "question": "Which payment methods do you accept?",
+        "variants": [
+            "can I pay with paypal",
+            "do you take credit cards",
+            "payment options",
+            "can I pay by card",
+            "is apple pay accepted",
+            "how can I pay",
+        ],
+        "answer": "We accept Visa, Mastercard, PayPal and Apple Pay.",
+    },
+    {
+        "intent": "shipping_time",
+        "locale": "zh",
+        "question": "多久能送到？",
+        "variants": ["什么时候发货", "快递要几天", "几天能到", "配送需要多长时间"],
+        "answer": "订单在一个工作日内发货，2到4个工作日送达。",
+    },
 ]
 
 
@@ -86,7 +121,7 @@ def chromium() -> str:
 def faq(db: Any) -> Any:
     """TEST_FAQ imported and the process's FAQ model trained on it."""
     from routing.faq_import import faq_import, validate
-    from routing.services import registry
+    from routing.registry import registry
 
     faq_import([validate(r, i) for i, r in enumerate(TEST_FAQ, 1)])
     registry.reload()
@@ -100,7 +135,9 @@ class Client:
     def __init__(self, origin: str = "http://127.0.0.1:8000") -> None:
         from config.asgi import application
 
-        self.comm = WebsocketCommunicator(application, "/ws/chat/", headers=[(b"origin", origin.encode()), (b"host", b"127.0.0.1:8000")])
+        self.comm = WebsocketCommunicator(
+            application, "/ws/chat/", headers=[(b"origin", origin.encode()), (b"host", b"127.0.0.1:8000")]
+        )
         self.conversation: str | None = None
         self.token: str | None = None
 
@@ -192,11 +229,20 @@ class LiveKefu:
         py = sys.executable
         subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=full, check=True, capture_output=True)
         if faq_path is not None:
-            subprocess.run([py, "manage.py", "import_faq", str(faq_path)], cwd=ROOT, env=full, check=True, capture_output=True)
-        self.log = open(ROOT / ".pytest_cache" / f"daphne-{self.port}.log", "w") if (ROOT / ".pytest_cache").exists() else subprocess.DEVNULL
+            subprocess.run(
+                [py, "manage.py", "import_faq", str(faq_path)], cwd=ROOT, env=full, check=True, capture_output=True
+            )
+        self.log = (
+            open(ROOT / ".pytest_cache" / f"daphne-{self.port}.log", "w")
+            if (ROOT / ".pytest_cache").exists()
+            else subprocess.DEVNULL
+        )
         self.proc = subprocess.Popen(
             [str(Path(py).parent / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
-            cwd=ROOT, env=full, stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=full,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

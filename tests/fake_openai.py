@@ -119,9 +119,7 @@ def _content_text(content: object) -> str:
         return content
     if isinstance(content, list):
         return "".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
+            str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type") == "text"
         )
     return ""
 
@@ -284,9 +282,7 @@ class FakeOpenAI:
         app.router.add_get("/v1/models", self._models)
         # handler_cancellation: a client that gives up (our timeout tests) cancels the
         # handler's sleep instead of leaving it to write into a dead socket later.
-        self._runner = web.AppRunner(
-            app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None
-        )
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:
@@ -308,10 +304,7 @@ class FakeOpenAI:
             return self._queue.popleft() if self._queue else self.default
 
     async def _models(self, request: web.Request) -> web.Response:
-        data = [
-            {"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "kefu-fake"}
-            for name in MODELS
-        ]
+        data = [{"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "kefu-fake"} for name in MODELS]
         return web.json_response({"object": "list", "data": data})
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -326,9 +319,7 @@ class FakeOpenAI:
             self._headers.append({k.lower(): v for k, v in request.headers.items()})
         behaviour = self._next_behaviour()
 
-        if self.api_key is not None and (
-            request.headers.get("Authorization") != f"Bearer {self.api_key}"
-        ):
+        if self.api_key is not None and (request.headers.get("Authorization") != f"Bearer {self.api_key}"):
             return _error_response(401, "Incorrect API key provided.")
         if behaviour.drop_before_first_token:
             _abort(request)
@@ -350,14 +341,10 @@ class FakeOpenAI:
         pieces = split_text(text, behaviour.chunks)
         usage = {
             "prompt_tokens": (
-                behaviour.prompt_tokens
-                if behaviour.prompt_tokens is not None
-                else _word_count(messages)
+                behaviour.prompt_tokens if behaviour.prompt_tokens is not None else _word_count(messages)
             ),
             "completion_tokens": (
-                behaviour.completion_tokens
-                if behaviour.completion_tokens is not None
-                else len(pieces)
+                behaviour.completion_tokens if behaviour.completion_tokens is not None else len(pieces)
             ),
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -407,9 +394,7 @@ class FakeOpenAI:
                 "created": created,
                 "model": model,
                 "system_fingerprint": "fp_fake",
-                "choices": [
-                    {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-                ],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
                 # OpenAI sends `"usage": null` on every chunk when usage was requested.
                 **({"usage": None} if send_usage else {}),
             }
@@ -438,10 +423,7 @@ class FakeOpenAI:
         if behaviour.drop_after_chunks is not None and behaviour.drop_after_chunks >= count:
             _abort(request)
             return response
-        if (
-            behaviour.malformed_after_chunks is not None
-            and behaviour.malformed_after_chunks >= count
-        ):
+        if behaviour.malformed_after_chunks is not None and behaviour.malformed_after_chunks >= count:
             await response.write(b'data: {"id": "broken", "choices": [\n\n')
         if not pieces and behaviour.finish_reason is not None:
             await _send(response, chunk({}, behaviour.finish_reason))
@@ -467,20 +449,14 @@ def _abort(request: web.Request) -> None:
         transport.close()
 
 
-def _error_response(
-    status: int, message: str, *, headers: dict[str, str] | None = None
-) -> web.Response:
-    error_type, code = _ERROR_TYPES.get(
-        status, ("server_error" if status >= 500 else "invalid_request_error", None)
-    )
+def _error_response(status: int, message: str, *, headers: dict[str, str] | None = None) -> web.Response:
+    error_type, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
     body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
     return web.json_response(body, status=status, headers=headers)
 
 
 @contextmanager
-def running_fake_openai(
-    *, default: Behaviour | None = None, api_key: str | None = None
-) -> Iterator[FakeOpenAI]:
+def running_fake_openai(*, default: Behaviour | None = None, api_key: str | None = None) -> Iterator[FakeOpenAI]:
     """A started server on a free port, stopped on exit; the body of a pytest fixture::
 
     @pytest.fixture(scope="module")
@@ -506,9 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key", default=None, help="require this bearer token")
     args = parser.parse_args(argv)
     default = Behaviour(text=args.text, ttft_ms=args.ttft_ms, token_ms=args.token_ms)
-    FakeOpenAI(
-        host=args.host, port=args.port, default=default, api_key=args.api_key
-    ).serve_forever()
+    FakeOpenAI(host=args.host, port=args.port, default=default, api_key=args.api_key).serve_forever()
     return 0
 
 

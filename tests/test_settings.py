@@ -1,4 +1,5 @@
 """Settings come from the environment and a bad value stops start-up with a clear error."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def check(**env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL")}
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env={**full, "KEFU_NO_WARMUP": "1", **env},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={**full, "KEFU_NO_WARMUP": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bad_number_names_the_variable_and_its_value():

@@ -37,7 +37,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
@@ -46,6 +46,7 @@ import openai
 from openai import AsyncOpenAI, AsyncStream, Timeout, omit
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
+from lib.tokens import count_tokens
 from routing.providers import ratelimits
 from routing.providers.base import (
     ChatRequest,
@@ -62,8 +63,6 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "OpenAIProvider",
     "close_clients",
-    "count_tokens",
-    "encoding_name_for_model",
     "get_client",
 ]
 
@@ -76,9 +75,9 @@ _T = TypeVar("_T")
 _ClientKey = tuple[str, str]
 # event loop -> (base_url, api_key) -> client. Weak on the loop so a finished loop's clients go
 # away with it.
-_clients_by_loop: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[_ClientKey, AsyncOpenAI]
-] = weakref.WeakKeyDictionary()
+_clients_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_ClientKey, AsyncOpenAI]] = (
+    weakref.WeakKeyDictionary()
+)
 # Clients built outside any running loop (a sync caller preparing one); rarely used.
 _clients_without_loop: dict[_ClientKey, AsyncOpenAI] = {}
 _clients_lock = threading.Lock()
@@ -148,101 +147,6 @@ async def close_clients() -> None:
         await client.close()
 
 
-# ---------------------------------------------------------------------------- tokens
-
-# name -> bpe_openai.Encoding (untyped package, hence Any).
-_encodings: dict[str, Any] = {}
-_encodings_lock = threading.Lock()
-
-# Token overhead of the chat format, from OpenAI's cookbook ("How to count tokens"): every
-# message costs 3 tokens besides its fields, a `name` one more, and the reply is primed with 3.
-_TOKENS_PER_MESSAGE = 3
-_TOKENS_PER_NAME = 1
-_TOKENS_REPLY_PRIMING = 3
-# bpe_openai refuses a single text of 1,000,000 characters or more than 200,000 tokens;
-# counting in slices of this many characters stays under both. A slice boundary may split
-# one token in two, which does not matter for an estimate.
-_COUNT_SLICE_CHARS = 100_000
-
-_LEGACY_CL100K = re.compile(r"^(gpt-3\.5|gpt-35|gpt-4$|gpt-4-|text-embedding-3|text-embedding-ada)")
-
-
-def encoding_name_for_model(model: str) -> str:
-    """`"cl100k_base"` for GPT-3.5/GPT-4 (legacy) names, `"o200k_base"` for everything else.
-
-    gpt-4o, gpt-4.1, gpt-5 and the o-series use o200k_base; an unknown (e.g. self-hosted) model
-    is counted with o200k_base too, as the better guess for a modern tokenizer. A provider
-    prefix such as `openai/gpt-4` is ignored.
-    """
-    name = model.strip().lower().rsplit("/", 1)[-1]
-    return "cl100k_base" if _LEGACY_CL100K.match(name) else "o200k_base"
-
-
-def _encoding(name: str) -> Any:
-    # Imported here, not at the top: importing bpe_openai alone takes ~1.5 s (it reads its
-    # encoding tables), which every process importing this module would pay, counting or
-    # not. Loading an encoding takes about a second more, so each is loaded once per process.
-    import bpe_openai  # type: ignore[import-untyped]  # ships no type hints
-
-    with _encodings_lock:
-        encoding = _encodings.get(name)
-        if encoding is None:
-            encoding = bpe_openai.get_encoding(name)
-            _encodings[name] = encoding
-        return encoding
-
-
-def _count_text(encoding: Any, text: str) -> int:
-    # encode_ordinary: text that looks like a special token ("<|endoftext|>") is counted as
-    # plain text instead of raising, which is what a shopper typing it would cost.
-    return sum(
-        len(encoding.encode_ordinary(text[start : start + _COUNT_SLICE_CHARS]))
-        for start in range(0, len(text), _COUNT_SLICE_CHARS)
-    )
-
-
-def _content_text(content: object) -> str:
-    """The text of a message `content`: a string, or a list of `{"type": "text"}` parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
-        )
-    return ""
-
-
-def count_tokens(messages_or_text: str | Sequence[Mapping[str, Any]], model: str) -> int:
-    """Count tokens offline, as the upstream would bill them (an estimate for other models).
-
-    A `str` is counted as completion text: just its tokens. A list of OpenAI chat messages is
-    counted as a prompt: each message's role, content (text parts only) and name, plus the
-    chat-format overhead (3 per message, 1 per name, 3 to prime the reply).
-
-    The first call for an encoding loads it (2–3 s with the import); call it off the event
-    loop, or once at start-up, where that matters.
-
-    Raises:
-        ValueError: `messages_or_text` is neither a string nor a sequence of mappings.
-    """
-    encoding = _encoding(encoding_name_for_model(model))
-    if isinstance(messages_or_text, str):
-        return _count_text(encoding, messages_or_text)
-    total = _TOKENS_REPLY_PRIMING
-    for message in messages_or_text:
-        if not isinstance(message, Mapping):
-            raise ValueError(f"expected chat messages as mappings, got {type(message).__name__}")
-        total += _TOKENS_PER_MESSAGE
-        total += _count_text(encoding, str(message.get("role", "")))
-        total += _count_text(encoding, _content_text(message.get("content")))
-        name = message.get("name")
-        if isinstance(name, str) and name:
-            total += _TOKENS_PER_NAME + _count_text(encoding, name)
-    return total
-
-
 # ---------------------------------------------------------------------------- errors
 
 
@@ -278,9 +182,7 @@ def _provider_error(error: BaseException, *, after_first_token: bool) -> Provide
     first = after_first_token
     code: ProviderErrorCode
     if isinstance(error, openai.APITimeoutError):  # before APIConnectionError: a subclass
-        return ProviderError(
-            "the upstream timed out", code="timeout", permanent=False, after_first_token=first
-        )
+        return ProviderError("the upstream timed out", code="timeout", permanent=False, after_first_token=first)
     if isinstance(error, openai.APIConnectionError):
         cause = error.__cause__
         detail = f": {cause}" if cause is not None else ""
@@ -364,9 +266,7 @@ class _ChunkView:
 
 
 def _malformed(message: str, *, after_first_token: bool) -> ProviderError:
-    return ProviderError(
-        message, code="malformed", permanent=False, after_first_token=after_first_token
-    )
+    return ProviderError(message, code="malformed", permanent=False, after_first_token=after_first_token)
 
 
 def _read_chunk(chunk: ChatCompletionChunk, *, after_first_token: bool) -> _ChunkView:
@@ -394,9 +294,7 @@ def _read_chunk(chunk: ChatCompletionChunk, *, after_first_token: bool) -> _Chun
             if value is None:
                 continue
             if not isinstance(value, str):
-                raise _malformed(
-                    f"chunk delta `{field}` is not a string", after_first_token=after_first_token
-                )
+                raise _malformed(f"chunk delta `{field}` is not a string", after_first_token=after_first_token)
             if value:
                 texts.append(value)
         reason = getattr(choice, "finish_reason", None)
@@ -411,9 +309,7 @@ def _read_chunk(chunk: ChatCompletionChunk, *, after_first_token: bool) -> _Chun
         details = getattr(raw_usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None) if details is not None else None
         if not isinstance(prompt, int) or not isinstance(completion, int):
-            raise _malformed(
-                "usage chunk without integer token counts", after_first_token=after_first_token
-            )
+            raise _malformed("usage chunk without integer token counts", after_first_token=after_first_token)
         usage = Usage(
             prompt_tokens=prompt,
             completion_tokens=completion,
@@ -510,9 +406,7 @@ class OpenAIProvider:
             )
         if usage is None:
             # Off the event loop: the first count loads the tokenizer (2–3 s).
-            usage = await asyncio.to_thread(
-                _estimate_usage, request.messages, "".join(texts), model
-            )
+            usage = await asyncio.to_thread(_estimate_usage, request.messages, "".join(texts), model)
         yield StreamDone(
             usage=usage,
             model=model,
@@ -525,9 +419,7 @@ class OpenAIProvider:
         """The key of `ratelimits.book` for calls of `model` through this provider."""
         return (self.config.base_url or DEFAULT_BASE_URL, self.config.api_key, model)
 
-    async def _create(
-        self, client: AsyncOpenAI, request: ChatRequest
-    ) -> AsyncStream[ChatCompletionChunk]:
+    async def _create(self, client: AsyncOpenAI, request: ChatRequest) -> AsyncStream[ChatCompletionChunk]:
         """Open the stream. The response's `x-ratelimit-*` headers (of a success or of an error
         status) go to `ratelimits.book`, so that the router holds off an exhausted upstream."""
         key = self.upstream_key(request.model)

@@ -15,6 +15,7 @@ instead of collecting a 429).
 Nothing here knows about Django or the SDK: `openai_remote` feeds the book, the router reads it.
 Times are `time.monotonic()` seconds; durations are seconds (`*_s`).
 """
+
 from __future__ import annotations
 
 import re

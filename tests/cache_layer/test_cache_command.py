@@ -1,4 +1,5 @@
 """``manage.py cache``: stats, list, show, purge, their errors, and the admin's purge action."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -28,9 +29,20 @@ def cached(question: str, answer: str, *, scope: str = SCOPE, expired: bool = Fa
     vec[len(question) % 384] = 1.0
     delta = timedelta(hours=-1) if expired else timedelta(days=7)
     return CachedAnswer.objects.create(
-        scope=scope, key_hash=services._key_hash(key), key_text=key, question=question, answer=answer,
-        embedding=vec.tobytes(), route="llm.simple", model="gpt-test", locale="en", grounded_on=[4],
-        system_prompt_version="v1", expires_at=timezone.now() + delta, hits=hits)
+        scope=scope,
+        key_hash=services._key_hash(key),
+        key_text=key,
+        question=question,
+        answer=answer,
+        embedding=vec.tobytes(),
+        route="llm.simple",
+        model="gpt-test",
+        locale="en",
+        grounded_on=[4],
+        system_prompt_version="v1",
+        expires_at=timezone.now() + delta,
+        hits=hits,
+    )
 
 
 def run(*args: str) -> str:
@@ -110,7 +122,9 @@ def test_show_prints_the_whole_entry(entries: dict[str, CachedAnswer]) -> None:
         (("vacuum",), "invalid choice: 'vacuum'"),
     ],
 )
-def test_bad_arguments_name_the_bad_value(entries: dict[str, CachedAnswer], args: tuple[str, ...], message: str) -> None:
+def test_bad_arguments_name_the_bad_value(
+    entries: dict[str, CachedAnswer], args: tuple[str, ...], message: str
+) -> None:
     with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run(*args)
     assert CachedAnswer.objects.count() == 4  # nothing deleted by a bad command
@@ -118,7 +132,11 @@ def test_bad_arguments_name_the_bad_value(entries: dict[str, CachedAnswer], args
 
 def warm(store: LocalExactStore) -> None:
     """Exact hits on every live entry, so that each is in the exact store."""
-    for q, scope in (("Do you ship to Canada?", SCOPE), ("What is your return policy?", SCOPE), ("可以退货吗？", ZH_SCOPE)):
+    for q, scope in (
+        ("Do you ship to Canada?", SCOPE),
+        ("What is your return policy?", SCOPE),
+        ("可以退货吗？", ZH_SCOPE),
+    ):
         assert services.lookup(question=q, scope=scope, embedding=None) is not None
     assert len(store) == 3
 
@@ -136,7 +154,10 @@ def test_purge_expired(entries: dict[str, CachedAnswer], store: LocalExactStore)
     warm(store)
     assert run("purge", "--expired").strip() == "deleted 1 expired cached answer(s)"
     assert set(CachedAnswer.objects.values_list("question", flat=True)) == {
-        "Do you ship to Canada?", "What is your return policy?", "可以退货吗？"}
+        "Do you ship to Canada?",
+        "What is your return policy?",
+        "可以退货吗？",
+    }
     assert len(store) == 3
 
 
@@ -149,8 +170,9 @@ def test_purge_scope_then_all(entries: dict[str, CachedAnswer], store: LocalExac
     assert CachedAnswer.objects.count() == 0 and len(store) == 0
 
 
-def test_admin_lists_and_purges_selected_entries(entries: dict[str, CachedAnswer], store: LocalExactStore,
-                                                 admin_client: Any) -> None:
+def test_admin_lists_and_purges_selected_entries(
+    entries: dict[str, CachedAnswer], store: LocalExactStore, admin_client: Any
+) -> None:
     warm(store)
     page = admin_client.get("/admin/cache_layer/cachedanswer/", {"q": "Canada"})
     assert page.status_code == 200 and b"Do you ship to Canada?" in page.content
@@ -158,8 +180,9 @@ def test_admin_lists_and_purges_selected_entries(entries: dict[str, CachedAnswer
     page = admin_client.get("/admin/cache_layer/cachedanswer/", {"state": "expired"})
     assert b"gift cards" in page.content and b"Canada" not in page.content
     selected = [entries["canada"].id, entries["zh"].id]
-    response = admin_client.post("/admin/cache_layer/cachedanswer/",
-                                 {"action": "purge_selected", "_selected_action": [str(i) for i in selected]})
+    response = admin_client.post(
+        "/admin/cache_layer/cachedanswer/", {"action": "purge_selected", "_selected_action": [str(i) for i in selected]}
+    )
     assert response.status_code == 302
     assert not CachedAnswer.objects.filter(id__in=selected).exists()
     assert CachedAnswer.objects.count() == 2

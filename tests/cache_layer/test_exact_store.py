@@ -3,6 +3,7 @@
 Redis tests use the real server at ``REDIS_URL`` over a real connection, each under its own key
 prefix, deleted afterwards.
 """
+
 from __future__ import annotations
 
 import threading
@@ -24,13 +25,28 @@ OTHER_SCOPE = services.scope_key(store="lantern", locale="zh", tier="simple", fa
 
 
 def entry(i: int = 1, answer: str = "Yes, we ship to Canada.") -> ExactEntry:
-    return {"id": i, "answer": answer, "model": "gpt-test", "question": "Do you ship to Canada?",
-            "created_at": timezone.now().isoformat()}
+    return {
+        "id": i,
+        "answer": answer,
+        "model": "gpt-test",
+        "question": "Do you ship to Canada?",
+        "created_at": timezone.now().isoformat(),
+    }
 
 
 def put(question: str, answer: str, *, scope: str = SCOPE, grounded_on: list[int] | None = None) -> bool:
-    return services.store(question=question, answer=answer, scope=scope, embedding=None, route="llm.simple",
-                          model="gpt-test", grounded_on=grounded_on or [], prompt_version="v1", cut=False, locale="en")
+    return services.store(
+        question=question,
+        answer=answer,
+        scope=scope,
+        embedding=None,
+        route="llm.simple",
+        model="gpt-test",
+        grounded_on=grounded_on or [],
+        prompt_version="v1",
+        cut=False,
+        locale="en",
+    )
 
 
 def ask(question: str, *, scope: str = SCOPE) -> services.CacheHit | None:
@@ -228,7 +244,9 @@ def test_backend_follows_redis_url(settings: Any, redis_url: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_stored_answer_is_served_from_redis_with_one_query(worker_a: RedisExactStore, django_assert_num_queries: Any) -> None:
+def test_stored_answer_is_served_from_redis_with_one_query(
+    worker_a: RedisExactStore, django_assert_num_queries: Any
+) -> None:
     assert put("Do you ship to Canada?", "Yes, in 5-7 days.")
     row = CachedAnswer.objects.get()
     got = worker_a.get(SCOPE, kh("Do you ship to Canada?"))
@@ -258,8 +276,9 @@ def test_key_lives_until_the_rows_expiry_and_hits_do_not_extend_it(worker_a: Red
 
 
 @pytest.mark.django_db(transaction=True)
-def test_another_worker_serves_an_entry_stored_by_this_one(worker_a: RedisExactStore, worker_b: RedisExactStore,
-                                                            django_assert_num_queries: Any) -> None:
+def test_another_worker_serves_an_entry_stored_by_this_one(
+    worker_a: RedisExactStore, worker_b: RedisExactStore, django_assert_num_queries: Any
+) -> None:
     assert put("What is your return policy?", "30 days.")
     set_exact_store(worker_b)
     with django_assert_num_queries(1):
@@ -276,8 +295,10 @@ def test_every_deletion_path_removes_the_keys(worker_a: RedisExactStore, setting
     assert put("Do you ship to Canada?", "Yes.", grounded_on=[8])
     assert put("Which payment methods do you accept?", "Visa.", grounded_on=[9])
     assert put("Do you ship to Canada?", "是的。", scope=OTHER_SCOPE)
-    assert all(present(q) for q in ("What is your return policy?", "Do you ship to Canada?",
-                                     "Which payment methods do you accept?"))
+    assert all(
+        present(q)
+        for q in ("What is your return policy?", "Do you ship to Canada?", "Which payment methods do you accept?")
+    )
 
     assert services.evict_for_faq_entry(7) == 1
     assert not present("What is your return policy?") and present("Do you ship to Canada?")
@@ -314,8 +335,13 @@ def test_a_key_whose_row_is_gone_is_never_served(worker_a: RedisExactStore) -> N
     assert worker_a.get(SCOPE, kh("Do you ship to Canada?")) is None  # dropped on the way
     # Replaced by a newer row with the same key: the newer answer is served, never the old one.
     assert put("Do you ship to Canada?", "No longer.")
-    stale: ExactEntry = {"id": 10_000, "answer": "Yes.", "model": "gpt-test", "question": "Do you ship to Canada?",
-                         "created_at": timezone.now().isoformat()}
+    stale: ExactEntry = {
+        "id": 10_000,
+        "answer": "Yes.",
+        "model": "gpt-test",
+        "question": "Do you ship to Canada?",
+        "created_at": timezone.now().isoformat(),
+    }
     worker_a.set(SCOPE, kh("Do you ship to Canada?"), stale, ttl_s=60)
     hit = ask("Do you ship to Canada?")
     assert hit is not None and hit.answer == "No longer."
@@ -348,9 +374,8 @@ def test_local_backend_fast_path(local_store: LocalExactStore, django_assert_num
 def test_store_inside_a_rolled_back_transaction_leaves_no_key(local_store: LocalExactStore) -> None:
     from django.db import transaction
 
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            assert put("Do you ship to Canada?", "Yes.")
-            raise RuntimeError("the caller's transaction fails")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert put("Do you ship to Canada?", "Yes.")
+        raise RuntimeError("the caller's transaction fails")
     assert local_store.get(SCOPE, kh("Do you ship to Canada?")) is None
     assert CachedAnswer.objects.count() == 0

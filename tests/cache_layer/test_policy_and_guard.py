@@ -1,4 +1,5 @@
 """Pure functions: exact keys, what may be cached, the key-term guard."""
+
 from __future__ import annotations
 
 import pytest
@@ -49,7 +50,8 @@ def test_questions_that_may_not_be_cached(text: str, reason: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["Do you ship to Canada?", "How do I cancel my order?", "I am unhappy with the delivery time", "多久能送到？"]
+    "text",
+    ["Do you ship to Canada?", "How do I cancel my order?", "I am unhappy with the delivery time", "多久能送到？"],
 )
 def test_standalone_questions_may_be_cached(text: str) -> None:
     assert may_cache_question(text) == (True, "ok")
@@ -119,11 +121,21 @@ def test_semantic_verdict_rules() -> None:
     same = (Resolved("cancel_order", 0.9), Resolved("cancel_order", 0.8))
     other = (Resolved("cancel_order", 0.9), Resolved("change_order", 0.9))
     kw = dict(lexical_threshold=0.95, intent_threshold=0.85, intent_confidence=0.7)
-    assert semantic_verdict("cancel my order", "call off my purchase", similarity=0.88, resolved=same, **kw).rule == "same_intent"
+    assert (
+        semantic_verdict("cancel my order", "call off my purchase", similarity=0.88, resolved=same, **kw).rule
+        == "same_intent"
+    )
     assert semantic_verdict("cancel my order", "call off my purchase", similarity=0.80, resolved=same, **kw).ok is False
     # Different intents never hit, however close the cosine.
-    assert semantic_verdict("cancel my order", "change my order", similarity=0.99, resolved=other, **kw) == Verdict(False, "intent_differs")
+    assert semantic_verdict("cancel my order", "change my order", similarity=0.99, resolved=other, **kw) == Verdict(
+        False, "intent_differs"
+    )
     # Unsure intents fall back to the lexical rule.
     unsure = (Resolved("cancel_order", 0.5), Resolved("cancel_order", 0.5))
-    assert semantic_verdict("cancel my order", "cancel my order please", similarity=0.97, resolved=unsure, **kw).rule == "lexical"
-    assert semantic_verdict("cancel my order", "call off my purchase", similarity=0.97, resolved=unsure, **kw).ok is False
+    assert (
+        semantic_verdict("cancel my order", "cancel my order please", similarity=0.97, resolved=unsure, **kw).rule
+        == "lexical"
+    )
+    assert (
+        semantic_verdict("cancel my order", "call off my purchase", similarity=0.97, resolved=unsure, **kw).ok is False
+    )

@@ -1,4 +1,5 @@
 """The answer cache service: exact and semantic hits, refusals, TTL, scopes, eviction."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -8,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from cache_layer import services
+from cache_layer.config import cache_config
 from cache_layer.embeddings import get_embedder
 from cache_layer.models import CachedAnswer
 
@@ -16,10 +18,27 @@ pytestmark = pytest.mark.django_db
 SCOPE = services.scope_key(store="lantern", locale="en", tier="simple", faq_version="1", prompt_version="v1")
 
 
-def put(question: str, answer: str, *, scope: str = SCOPE, cut: bool = False, grounded_on: list[int] | None = None,
-        embedding: np.ndarray | None = None) -> bool:
-    return services.store(question=question, answer=answer, scope=scope, embedding=embedding, route="llm.simple",
-                          model="gpt-test", grounded_on=grounded_on or [], prompt_version="v1", cut=cut, locale="en")
+def put(
+    question: str,
+    answer: str,
+    *,
+    scope: str = SCOPE,
+    cut: bool = False,
+    grounded_on: list[int] | None = None,
+    embedding: np.ndarray | None = None,
+) -> bool:
+    return services.store(
+        question=question,
+        answer=answer,
+        scope=scope,
+        embedding=embedding,
+        route="llm.simple",
+        model="gpt-test",
+        grounded_on=grounded_on or [],
+        prompt_version="v1",
+        cut=cut,
+        locale="en",
+    )
 
 
 def ask(question: str, *, scope: str = SCOPE) -> services.CacheHit | None:
@@ -39,7 +58,7 @@ def test_paraphrase_is_a_semantic_hit() -> None:
     assert put("How do I cancel my order?", "Open Orders and press Cancel.")
     hit = ask("How can I cancel my order?")
     assert hit is not None and hit.route == "cache.semantic"
-    assert hit.similarity >= services.semantic_threshold()
+    assert hit.similarity >= cache_config().semantic_threshold
     assert hit.answer == "Open Orders and press Cancel."
 
 
@@ -79,8 +98,17 @@ def test_follow_up_is_neither_stored_nor_served() -> None:
 def test_cut_stream_and_empty_answers_are_not_stored() -> None:
     assert not put("What is your return policy?", "You can return unused items within", cut=True)
     assert not put("What is your return policy?", "   ")
-    assert not services.store(question="What is your return policy?", answer="I will check for you.", scope=SCOPE,
-                              embedding=None, route="agent", model="", grounded_on=[], prompt_version="v1", cut=False)
+    assert not services.store(
+        question="What is your return policy?",
+        answer="I will check for you.",
+        scope=SCOPE,
+        embedding=None,
+        route="agent",
+        model="",
+        grounded_on=[],
+        prompt_version="v1",
+        cut=False,
+    )
     assert CachedAnswer.objects.count() == 0
     assert ask("What is your return policy?") is None
 
@@ -136,10 +164,13 @@ def test_size_bound_evicts_oldest(settings) -> None:
     assert put("What is your return policy?", "30 days.")
     assert put("Do you ship to Canada?", "Yes.")
     CachedAnswer.objects.filter(question="What is your return policy?").update(
-        created_at=timezone.now() - timedelta(hours=1))
+        created_at=timezone.now() - timedelta(hours=1)
+    )
     assert put("Which payment methods do you accept?", "Visa and PayPal.")
     assert set(CachedAnswer.objects.values_list("question", flat=True)) == {
-        "Do you ship to Canada?", "Which payment methods do you accept?"}
+        "Do you ship to Canada?",
+        "Which payment methods do you accept?",
+    }
 
 
 def test_purge_scope_and_all() -> None:
@@ -161,9 +192,15 @@ def test_entry_stored_by_another_worker_is_seen_within_the_refresh_interval(monk
     assert ask("do you ship to canada please") is not None  # loads this process's index for the scope
     vec = get_embedder().embed(["What is your return policy?"])[0]
     CachedAnswer.objects.create(
-        scope=SCOPE, key_hash=services._key_hash("what is your return policy"), key_text="what is your return policy",
-        question="What is your return policy?", answer="30 days.", embedding=vec.tobytes(), route="llm.simple",
-        expires_at=timezone.now() + timedelta(hours=1))
+        scope=SCOPE,
+        key_hash=services._key_hash("what is your return policy"),
+        key_text="what is your return policy",
+        question="What is your return policy?",
+        answer="30 days.",
+        embedding=vec.tobytes(),
+        route="llm.simple",
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
     clock[0] += 0.5
     assert ask("what's your return policy") is None  # the index trusts itself for 5 s by default
     assert ask("What is your return policy?") is None

@@ -1,5 +1,6 @@
 """The answer cache on the router's path, over /ws/chat/ with the fake upstream: repeats and
 paraphrases are served from the cache, what must not be shared never is."""
+
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,7 @@ from cache_layer.models import CachedAnswer
 from chat.models import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fake_openai import Behaviour  # noqa: E402
+from fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -58,14 +59,18 @@ async def test_paraphrase_with_other_content_words_is_not_served(make_client, fa
 
 
 async def test_look_alike_is_never_served_the_other_answer(make_client, faq, remote):
-    remote.push(Behaviour(text="Open My orders and choose Cancel."), Behaviour(text="Subscriptions are cancelled in Settings."))
+    remote.push(
+        Behaviour(text="Open My orders and choose Cancel."), Behaviour(text="Subscriptions are cancelled in Settings.")
+    )
     await ask(make_client, "How do I cancel my order?")
     other = await ask(make_client, "How do I cancel my subscription?")
     assert other["route"] == "llm.simple" and other["text"] == "Subscriptions are cancelled in Settings."
 
 
 async def test_two_order_numbers_never_share_an_answer(make_client, faq, remote):
-    remote.push(Behaviour(text="Order 48213377 left our warehouse on Monday."), Behaviour(text="Order 99107452 is packed."))
+    remote.push(
+        Behaviour(text="Order 48213377 left our warehouse on Monday."), Behaviour(text="Order 99107452 is packed.")
+    )
     a = await ask(make_client, "Where is my order 48213377? It has not arrived.")
     b = await ask(make_client, "Where is my order 99107452? It has not arrived.")
     assert a["route"] == b["route"] == "llm.simple"
@@ -83,8 +88,9 @@ async def test_follow_up_is_not_served_from_cache(make_client, faq, remote):
 async def test_follow_up_is_rewritten_then_served_from_cache(make_client, faq, remote):
     remote.push(Behaviour(text="Yes, it has an inline dimmer."))
     await ask(make_client, LAMP_Q)
-    remote.push(Behaviour(text="It is a walnut floor lamp with a linen shade."),
-                Behaviour(text=LAMP_Q))  # the simple tier's standalone rewrite of the follow-up
+    remote.push(
+        Behaviour(text="It is a walnut floor lamp with a linen shade."), Behaviour(text=LAMP_Q)
+    )  # the simple tier's standalone rewrite of the follow-up
     shopper = await make_client()
     await shopper.hello()
     await shopper.say("Tell me about the walnut floor lamp")
@@ -100,9 +106,16 @@ async def test_follow_up_is_rewritten_then_served_from_cache(make_client, faq, r
 async def test_follow_up_without_a_rewrite_is_neither_served_nor_stored(make_client, faq, remote):
     remote.push(Behaviour(text="Yes, it has an inline dimmer."))
     await ask(make_client, LAMP_Q)
-    remote.push(Behaviour(text="It is a walnut floor lamp."), Behaviour(status=500), Behaviour(status=500),
-                Behaviour(status=500), Behaviour(status=500), Behaviour(status=500), Behaviour(status=500),
-                Behaviour(text="Yes, with a dimmer."))
+    remote.push(
+        Behaviour(text="It is a walnut floor lamp."),
+        Behaviour(status=500),
+        Behaviour(status=500),
+        Behaviour(status=500),
+        Behaviour(status=500),
+        Behaviour(status=500),
+        Behaviour(status=500),
+        Behaviour(text="Yes, with a dimmer."),
+    )
     shopper = await make_client()
     await shopper.hello()
     await shopper.say("Tell me about the walnut floor lamp")
@@ -115,8 +128,10 @@ async def test_follow_up_without_a_rewrite_is_neither_served_nor_stored(make_cli
 
 
 async def test_cut_stream_is_not_cached(make_client, faq, remote):
-    remote.push(Behaviour(text="The lamp has a dimmer and a fabric shade", drop_after_chunks=2),
-                Behaviour(text="Yes, it has an inline dimmer."))
+    remote.push(
+        Behaviour(text="The lamp has a dimmer and a fabric shade", drop_after_chunks=2),
+        Behaviour(text="Yes, it has an inline dimmer."),
+    )
     shopper = await make_client()
     await shopper.hello()
     await shopper.say(LAMP_Q)
@@ -126,8 +141,9 @@ async def test_cut_stream_is_not_cached(make_client, faq, remote):
 
 
 async def test_editing_a_grounding_faq_entry_evicts_its_answers(make_client, faq, remote):
-    from routing.faq_import import faq_import, validate
     from conftest import TEST_FAQ
+
+    from routing.faq_import import faq_import, validate
 
     remote.push(Behaviour(text="Express orders arrive the next day."))
     await ask(make_client, "Can I get the oak side table delivered by Saturday?")

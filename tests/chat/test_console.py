@@ -4,6 +4,7 @@ in-memory channel layer) next to real shopper sockets, and the console's HTTP pa
 Personas: ``shopper``, ``other_shopper`` (WebSocket clients), ``alice`` and ``bob`` (agents),
 ``mallory`` (staff without the agents' permission), ``carol`` (a customer account, not staff).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,7 @@ from chat import services
 from chat.models import CannedReply, Conversation, InternalNote, Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fake_openai import Behaviour  # noqa: E402
+from fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True)]  # async tests run under asyncio_mode = "auto"
 
@@ -70,8 +71,10 @@ class AgentSocket:
         while True:
             f = await self.recv()
             frames.append(f)
-            if f["type"] == kind and (conversation is None or f.get("conversation") == conversation) and all(
-                f.get(k) == v for k, v in match.items()
+            if (
+                f["type"] == kind
+                and (conversation is None or f.get("conversation") == conversation)
+                and all(f.get(k) == v for k, v in match.items())
             ):
                 return frames
 
@@ -202,7 +205,9 @@ async def test_queue_lists_waiting_longest_first_then_agent_then_bot(make_client
     alice = await make_agent("alice", "Alice")
     rows = alice.queue["conversations"]
     assert [(r["id"], r["status"]) for r in rows] == [
-        (first.conversation, "waiting_agent"), (second.conversation, "waiting_agent"), (chatting.conversation, "bot"),
+        (first.conversation, "waiting_agent"),
+        (second.conversation, "waiting_agent"),
+        (chatting.conversation, "bot"),
     ]
     bot_row = rows[2]
     assert bot_row["last_message"]["role"] == "bot" and bot_row["last_message"]["route"] == "faq"
@@ -237,7 +242,11 @@ async def test_nobody_online_the_shopper_is_told_and_the_bot_keeps_helping(make_
     await shopper.hello()
     await handed_off(shopper, "I need a human")
     notice = await shopper.recv()
-    assert notice["type"] == "message" and notice["role"] == "system" and "No one from our team is online" in notice["text"]
+    assert (
+        notice["type"] == "message"
+        and notice["role"] == "system"
+        and "No one from our team is online" in notice["text"]
+    )
     await shopper.say("how long does delivery take?")
     frames = await shopper.until("stream.end")
     assert frames[-1]["route"] == "faq"
@@ -278,7 +287,9 @@ async def test_take_over_exchange_and_hand_back(make_client, make_agent, faq):
     await alice.send({"type": "typing", "conversation": shopper.conversation})
     assert await shopper.recv() == {"type": "typing", "role": "agent", "agent": "Alice"}
 
-    await alice.send({"type": "message", "conversation": shopper.conversation, "text": "Sorry! I'll send a new one today."})
+    await alice.send(
+        {"type": "message", "conversation": shopper.conversation, "text": "Sorry! I'll send a new one today."}
+    )
     reply = await shopper.recv()
     assert reply["type"] == "message" and reply["role"] == "agent" and reply["agent"] == "Alice"
     assert reply["text"] == "Sorry! I'll send a new one today."
@@ -288,7 +299,14 @@ async def test_take_over_exchange_and_hand_back(make_client, make_agent, faq):
     await shopper.say("which payment methods do you accept?")
     frames = await shopper.until("stream.end")
     assert frames[-1]["route"] == "faq"
-    assert [r[0] for r in await stored(shopper.conversation)] == ["shopper", "bot", "shopper", "agent", "shopper", "bot"]
+    assert [r[0] for r in await stored(shopper.conversation)] == [
+        "shopper",
+        "bot",
+        "shopper",
+        "agent",
+        "shopper",
+        "bot",
+    ]
     conv = await conversation(shopper.conversation)
     assert conv.status == "bot" and conv.agent_id is None and conv.owner_epoch == 2
 
@@ -302,7 +320,12 @@ async def test_an_agent_message_resent_after_a_reconnect_is_stored_and_delivered
     await alice.send({"type": "take_over", "conversation": shopper.conversation})
     assert (await shopper.recv())["status"] == "agent"
 
-    frame = {"type": "message", "conversation": shopper.conversation, "client_id": "c-7f3a", "text": "A new vase ships today."}
+    frame = {
+        "type": "message",
+        "conversation": shopper.conversation,
+        "client_id": "c-7f3a",
+        "text": "A new vase ships today.",
+    }
     await alice.send(frame)
     reply = await shopper.recv()
     assert reply["role"] == "agent" and reply["text"] == "A new vase ships today." and reply["client_id"] == "c-7f3a"
@@ -440,7 +463,12 @@ def _race(database_url: str) -> list[dict[str, Any]]:
     import subprocess
 
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "config.settings", "KEFU_NO_WARMUP": "1"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "KEFU_NO_WARMUP": "1",
+    }
     env.pop("REDIS_URL", None)
     done = subprocess.run([sys.executable, "-c", RACE], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -511,12 +539,15 @@ async def test_canned_replies_and_suggested_reply(make_client, make_agent, faq):
 
 
 async def test_a_suggested_reply_from_the_remote_model_is_in_the_ledger_as_a_suggestion(
-        make_client, make_agent, faq, remote, settings):
+    make_client, make_agent, faq, remote, settings
+):
     from routing import ledger
     from routing.models import UpstreamCall
 
     settings.KEFU_CACHE_ENABLED = False  # the draft must come from the model, not the cached answer
-    remote.push(Behaviour(text="Not in walnut yet, sorry."), Behaviour(text="Walnut arrives in May; shall I note your email?"))
+    remote.push(
+        Behaviour(text="Not in walnut yet, sorry."), Behaviour(text="Walnut arrives in May; shall I note your email?")
+    )
     alice = await make_agent("alice", "Alice")
     shopper = await make_client()
     await shopper.hello()
@@ -525,11 +556,14 @@ async def test_a_suggested_reply_from_the_remote_model_is_in_the_ledger_as_a_sug
     await handed_off(shopper, "human please")
     await alice.send({"type": "suggest", "conversation": shopper.conversation})
     suggestion = (await alice.until("suggestion"))[-1]
-    assert suggestion["route"] == "llm.simple" and suggestion["text"] == "Walnut arrives in May; shall I note your email?"
+    assert (
+        suggestion["route"] == "llm.simple" and suggestion["text"] == "Walnut arrives in May; shall I note your email?"
+    )
     assert await shopper.comm.receive_nothing(timeout=0.5)  # never sent on its own
     await ledger.flush()
-    rows = await database_sync_to_async(lambda: list(
-        UpstreamCall.objects.order_by("id").values_list("purpose", "outcome", "conversation_id")))()
+    rows = await database_sync_to_async(
+        lambda: list(UpstreamCall.objects.order_by("id").values_list("purpose", "outcome", "conversation_id"))
+    )()
     conv = await conversation(shopper.conversation)
     assert rows == [("answer", "ok", conv.pk), ("suggestion", "ok", conv.pk)]
 

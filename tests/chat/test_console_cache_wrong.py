@@ -6,6 +6,7 @@ Personas: ``shopper`` (asks first: the upstream answers), ``second_shopper`` (as
 from the cache), ``third_shopper`` (asks after the mark: the upstream again), ``alice`` (the agent
 holding the second shopper's conversation) and ``bob`` (another agent, who marks the answer).
 """
+
 from __future__ import annotations
 
 import sys
@@ -20,7 +21,7 @@ from cache_layer.models import CacheAudit, CachedAnswer
 from chat.models import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fake_openai import Behaviour  # noqa: E402
+from fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True)]  # async tests run under asyncio_mode = "auto"
 
@@ -116,8 +117,11 @@ def entry_exists(pk: int) -> bool:
 
 @database_sync_to_async
 def agent_marks() -> list[dict[str, Any]]:
-    return list(CacheAudit.objects.filter(verdict=CacheAudit.Verdict.AGENT_WRONG)
-                .values("entry_id", "message_id", "marked_by", "cached_answer", "question"))
+    return list(
+        CacheAudit.objects.filter(verdict=CacheAudit.Verdict.AGENT_WRONG).values(
+            "entry_id", "message_id", "marked_by", "cached_answer", "question"
+        )
+    )
 
 
 async def test_marking_a_cached_answer_wrong_evicts_it(make_client, make_agent, faq, remote, client):
@@ -132,8 +136,9 @@ async def test_marking_a_cached_answer_wrong_evicts_it(make_client, make_agent, 
     entry_id = served.cache_entry_id
     assert entry_id is not None and await entry_exists(entry_id)
     assert (await database_sync_to_async(CachedAnswer.objects.get)(pk=entry_id)).answer == CACHED
-    question = await database_sync_to_async(Message.objects.get)(conversation_id=second_shopper.conversation,
-                                                                 seq=served.reply_to_seq)
+    question = await database_sync_to_async(Message.objects.get)(
+        conversation_id=second_shopper.conversation, seq=served.reply_to_seq
+    )
 
     # alice holds the conversation; bob (not the holder) may still mark its cached answer wrong
     alice = await make_agent("alice", "Alice")
@@ -146,8 +151,12 @@ async def test_marking_a_cached_answer_wrong_evicts_it(make_client, make_agent, 
     assert bot_item["route"] == "cache.exact" and bot_item["cached"] is True and "marked_wrong" not in bot_item
 
     done = await bob.mark_wrong(second_shopper.conversation, hit["id"])
-    assert done == {"type": "cache.wrong.done", "conversation": second_shopper.conversation,
-                    "message": hit["id"], "evicted": True}
+    assert done == {
+        "type": "cache.wrong.done",
+        "conversation": second_shopper.conversation,
+        "message": hit["id"],
+        "evicted": True,
+    }
     assert not await entry_exists(entry_id)
     marks = await agent_marks()
     assert len(marks) == 1
@@ -177,7 +186,9 @@ async def test_marking_a_cached_answer_wrong_evicts_it(make_client, make_agent, 
     html = page.content.decode()
     assert "<code>cache.exact</code>" in html and "marked wrong by bob" in html
     first_page = await database_sync_to_async(client.get)(f"/console/conversations/{shopper.conversation}/")
-    assert "<code>llm.simple</code>" in first_page.content.decode() and "marked wrong" not in first_page.content.decode()
+    assert (
+        "<code>llm.simple</code>" in first_page.content.decode() and "marked wrong" not in first_page.content.decode()
+    )
 
 
 async def test_only_cached_messages_of_that_conversation_can_be_marked(make_client, make_agent, faq, remote):

@@ -1,14 +1,13 @@
 """The shopper WebSocket /ws/chat/ on the embedded defaults (SQLite, in-memory channel layer),
 driven with Channels' WebsocketCommunicator on the real ASGI application."""
+
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
 from channels.db import database_sync_to_async
 
-from chat import answering
 from chat.models import Conversation, Message
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -152,11 +151,14 @@ async def test_resume_replays_after_seq_and_nothing_else(make_client, faq):
     assert seqs == [1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("hello", [
-    {"conversation": "not-a-uuid", "token": "x"},
-    {"conversation": str(uuid.uuid4()), "token": "x"},
-    {"conversation": None},
-])
+@pytest.mark.parametrize(
+    "hello",
+    [
+        {"conversation": "not-a-uuid", "token": "x"},
+        {"conversation": str(uuid.uuid4()), "token": "x"},
+        {"conversation": None},
+    ],
+)
 async def test_bad_conversation_or_token_closes_4403(make_client, faq, hello):
     owner = await make_client()
     await owner.hello()
@@ -242,7 +244,7 @@ async def test_message_rate_limit(make_client, faq, settings):
 
 async def test_socket_limit_per_address(make_client, faq, settings):
     settings.KEFU_MAX_SOCKETS_PER_IP = 2
-    a, b = await make_client(), await make_client()
+    a, _b = await make_client(), await make_client()
     third = await make_client()
     err = await third.recv()
     assert err["code"] == "rate_limited"
@@ -257,7 +259,9 @@ async def test_foreign_origin_is_refused(faq):
 
     from config.asgi import application
 
-    comm = WebsocketCommunicator(application, "/ws/chat/", headers=[(b"origin", b"https://evil.example"), (b"host", b"127.0.0.1:8000")])
+    comm = WebsocketCommunicator(
+        application, "/ws/chat/", headers=[(b"origin", b"https://evil.example"), (b"host", b"127.0.0.1:8000")]
+    )
     connected, _ = await comm.connect()
     assert not connected
 
@@ -321,11 +325,14 @@ async def test_burst_of_messages_gets_every_ack_and_answer_in_order(make_client,
     assert sum(m.role == "bot" for m in rows) == sum(m.role == "shopper" for m in rows) == len(questions)
 
 
-@pytest.mark.parametrize("raw", [
-    '{"type": "message", "client_id": "x", "text": "\\ud800 lone"}',
-    '{"type": "message", "client_id": "\\udfff", "text": "hello"}',
-    '{"type": "message", "client_id": "x", "text": "\\u200b\\ufeff"}',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"type": "message", "client_id": "x", "text": "\\ud800 lone"}',
+        '{"type": "message", "client_id": "\\udfff", "text": "hello"}',
+        '{"type": "message", "client_id": "x", "text": "\\u200b\\ufeff"}',
+    ],
+)
 async def test_unstorable_or_invisible_text_is_invalid_and_socket_stays(make_client, faq, raw):
     shopper = await make_client()
     await shopper.hello()
@@ -337,11 +344,14 @@ async def test_unstorable_or_invisible_text_is_invalid_and_socket_stays(make_cli
     assert [m.role for m in await stored(shopper.conversation)] == ["shopper", "bot"]
 
 
-@pytest.mark.parametrize("text, reply", [
-    ("hello", "Hello! I can help with products, orders, shipping, returns and payments. What can I do for you?"),
-    ("Thanks!", "You're welcome! Ask me anything else any time."),
-    ("谢谢", "不客气！还有其他问题随时问我。"),
-])
+@pytest.mark.parametrize(
+    "text, reply",
+    [
+        ("hello", "Hello! I can help with products, orders, shipping, returns and payments. What can I do for you?"),
+        ("Thanks!", "You're welcome! Ask me anything else any time."),
+        ("谢谢", "不客气！还有其他问题随时问我。"),
+    ],
+)
 async def test_small_talk_is_answered_by_the_bot_not_queued_for_a_person(make_client, faq, text, reply):
     shopper = await make_client()
     await shopper.hello()

@@ -1,4 +1,5 @@
 """HTTP: the storefront page (widget embedded under a strict CSP) and /healthz."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,7 +29,14 @@ def test_widget_is_served_at_its_stable_path(client):
 def test_healthz_is_503_until_the_faq_model_is_loaded_then_200(client, faq):
     r = client.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "database": "ok", "channel_layer": "ok", "cache": "ok", "faq_model": "ok", "router": "ok"}
+    assert r.json() == {
+        "status": "ok",
+        "database": "ok",
+        "channel_layer": "ok",
+        "cache": "ok",
+        "faq_model": "ok",
+        "router": "ok",
+    }
     faq.model = None
     r = client.get("/healthz")
     assert r.status_code == 503 and r.json()["faq_model"] == "loading" and r.json()["status"] == "unavailable"

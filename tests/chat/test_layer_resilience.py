@@ -2,9 +2,11 @@
 the consumer's channel-layer receive is retried instead of ending the consumer (which Daphne
 reports to the browser as a 1011 close). Real Redis: the layer's connections are killed with
 CLIENT KILL, as a restart does."""
+
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -15,8 +17,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 @pytest.fixture
 def redis_layer(settings: Any, redis_url: str) -> Iterator[None]:
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                           "CONFIG": {"hosts": [redis_url], "prefix": "kefu-test-resilience"}}}
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_url], "prefix": "kefu-test-resilience"},
+        }
+    }
     channel_layers.backends.clear()
     yield
     channel_layers.backends.clear()
@@ -32,7 +38,8 @@ def kill_other_redis_clients(redis_url: str) -> int:
 
 
 async def test_socket_stays_open_and_answers_after_the_layers_connections_are_killed(
-        make_client: Any, faq: Any, redis_layer: None, redis_url: str) -> None:
+    make_client: Any, faq: Any, redis_layer: None, redis_url: str
+) -> None:
     shopper = await make_client()
     await shopper.hello()
     await shopper.say("how many days do I have to send an item back?")

@@ -1,6 +1,7 @@
 """The whole chat flow over real sockets against Daphne subprocesses: once on the embedded
 defaults (SQLite, in-memory layer), once on Redis + PostgreSQL with two workers sharing a
 conversation (a socket on each)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,12 +31,21 @@ async def ask(ws, text: str) -> list[dict]:
 
 async def test_embedded_defaults_flow(live_kefu):
     kefu = live_kefu()
-    assert kefu.health == {"status": "ok", "database": "ok", "channel_layer": "ok", "cache": "ok", "faq_model": "ok", "router": "ok"}
+    assert kefu.health == {
+        "status": "ok",
+        "database": "ok",
+        "channel_layer": "ok",
+        "cache": "ok",
+        "faq_model": "ok",
+        "router": "ok",
+    }
     async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
         await ws.send(json.dumps({"type": "hello"}))
         conv = json.loads(await ws.recv())
         frames = await ask(ws, "is apple pay accepted at checkout?")
-        assert frames[-1]["route"] == "faq" and frames[-1]["text"] == "We accept Visa, Mastercard, PayPal and Apple Pay."
+        assert (
+            frames[-1]["route"] == "faq" and frames[-1]["text"] == "We accept Visa, Mastercard, PayPal and Apple Pay."
+        )
     # reconnect and resume: the stored conversation comes back, in order, nothing duplicated
     async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
         await ws.send(json.dumps({"type": "hello", "conversation": conv["id"], "token": conv["token"]}))
@@ -74,14 +84,18 @@ async def test_sockets_closed_mid_answer_give_their_slot_back(live_kefu):
         ws = await websockets.connect(kefu.ws, origin=kefu.base)
         await ws.send(json.dumps({"type": "hello"}))
         conversations.append(json.loads(await ws.recv()))
-        await ws.send(json.dumps({"type": "message", "client_id": str(uuid.uuid4()), "text": "how long does delivery take?"}))
+        await ws.send(
+            json.dumps({"type": "message", "client_id": str(uuid.uuid4()), "text": "how long does delivery take?"})
+        )
         await recv_until(ws, "stream.delta")
         ws.transport.abort()  # the tab is gone: no closing handshake, frames still on their way
 
     for _ in range(12):
         await asyncio.gather(*(one() for _ in range(2)))
     async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
-        await ws.send(json.dumps({"type": "hello", "conversation": conversations[-1]["id"], "token": conversations[-1]["token"]}))
+        await ws.send(
+            json.dumps({"type": "hello", "conversation": conversations[-1]["id"], "token": conversations[-1]["token"]})
+        )
         assert json.loads(await ws.recv())["type"] == "conversation"
         replay = [json.loads(await ws.recv()) for _ in range(2)]
         assert replay[1]["role"] == "bot" and replay[1]["text"].startswith("Orders ship within 1 business day")

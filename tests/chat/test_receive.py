@@ -1,6 +1,7 @@
 """Storing a shopper message and claiming it for answering in the same transaction
 (``services.message_receive(claim=True)``): a message is claimed only when no older one waits, so
 messages are always answered in order."""
+
 from __future__ import annotations
 
 import pytest
@@ -45,7 +46,10 @@ def test_bot_and_agent_messages_in_between_do_not_block_the_claim() -> None:
     assert second.claimed is not None and second.message.seq == bot.seq + 1
     assert answered_seq(conv) == second.message.seq
     assert list(Message.objects.filter(conversation=conv).order_by("seq").values_list("role", flat=True)) == [
-        Role.SHOPPER, Role.BOT, Role.SHOPPER]
+        Role.SHOPPER,
+        Role.BOT,
+        Role.SHOPPER,
+    ]
 
 
 def test_a_resend_is_neither_stored_nor_claimed_twice() -> None:

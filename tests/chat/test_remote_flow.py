@@ -1,5 +1,6 @@
 """The remote-model path over /ws/chat/: the real ``openai`` client against the project's
 OpenAI-compatible streaming test server (tests/fake_openai.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,7 @@ from channels.db import database_sync_to_async
 from chat.models import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fake_openai import Behaviour  # noqa: E402
+from fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -52,8 +53,11 @@ async def test_prompt_is_grounded_and_keeps_last_turns(make_client, faq, remote,
     await shopper.say("Is the walnut one made in Portugal?")
     await shopper.until("stream.end")
     # The answer's request (follow-up rewrites and background summaries are requests of their own).
-    body = next(r for r in reversed(remote.requests)
-                if r["messages"][-1]["content"] == "Is the walnut one made in Portugal?" and r.get("max_tokens") != 60)
+    body = next(
+        r
+        for r in reversed(remote.requests)
+        if r["messages"][-1]["content"] == "Is the walnut one made in Portugal?" and r.get("max_tokens") != 60
+    )
     assert body["model"] == "fake-simple" and body["stream"] is True
     msgs = body["messages"]
     assert msgs[0]["role"] == "system" and "Lantern & Loom" in msgs[0]["content"]
@@ -90,8 +94,11 @@ async def test_429_is_retried_after_retry_after_then_answers(make_client, faq, r
 
 
 async def test_failing_tier_falls_back_to_the_next_one(make_client, faq, remote):
-    remote.push(Behaviour(status=503), Behaviour(status=503),
-                Behaviour(text="It has a dimmer.", prompt_tokens=1000, completion_tokens=200))
+    remote.push(
+        Behaviour(status=503),
+        Behaviour(status=503),
+        Behaviour(text="It has a dimmer.", prompt_tokens=1000, completion_tokens=200),
+    )
     shopper = await make_client()
     await shopper.hello()
     await shopper.say(PRODUCT_Q)

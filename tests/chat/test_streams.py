@@ -1,5 +1,6 @@
 """Live stream buffers (chat.streams), in process and in Redis: what a socket that joins
 mid-answer gets as "the text so far"."""
+
 from __future__ import annotations
 
 import pytest

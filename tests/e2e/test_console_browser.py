@@ -2,20 +2,27 @@
 shopper on the storefront's widget and an agent in the console. The shopper asks for a person,
 the agent sees the conversation appear, takes it over, they talk both ways, the agent hands it
 back and the bot answers again."""
+
 from __future__ import annotations
 
 import json
 import re
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 
 
 @pytest.fixture
@@ -31,12 +38,20 @@ def browser(chromium):
 def create_agent(kefu, username: str, name: str, password: str) -> None:
     subprocess.run(
         [sys.executable, "manage.py", "create_agent", username, "--name", name, "--password-stdin"],
-        cwd=ROOT, env=kefu.env, input=password + "\n", text=True, check=True, capture_output=True,
+        cwd=ROOT,
+        env=kefu.env,
+        input=password + "\n",
+        text=True,
+        check=True,
+        capture_output=True,
     )
 
 
 def watch(page, errors: list[str], frames: list[dict] | None = None) -> None:
-    page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" and "favicon" not in m.text else None)
+    page.on(
+        "console",
+        lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" and "favicon" not in m.text else None,
+    )
     page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
     if frames is not None:
         page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(json.loads(payload))))
@@ -82,13 +97,17 @@ def test_shopper_and_agent_talk_live_then_the_bot_answers_again(live_kefu, brows
     agent.click("#btn-take")
     expect(agent.locator("#detail-status")).to_have_text("With an agent: you", timeout=20000)
     expect(agent.locator("#list-agent .queue__item")).to_have_count(1)
-    expect(shopper.locator("kefu-chat >> .kefu-notice").last).to_have_text("Alice joined the conversation", timeout=20000)
+    expect(shopper.locator("kefu-chat >> .kefu-notice").last).to_have_text(
+        "Alice joined the conversation", timeout=20000
+    )
 
     # Shopper -> agent; the agent sees the shopper typing first.
     shopper.fill("kefu-chat >> #kefu-input", "my vase arrived with a crack")
     expect(agent.locator("#typing")).to_be_visible(timeout=20000)
     shopper.press("kefu-chat >> #kefu-input", "Enter")
-    expect(agent.locator("#log .msg--shopper .msg__body").last).to_have_text("my vase arrived with a crack", timeout=20000)
+    expect(agent.locator("#log .msg--shopper .msg__body").last).to_have_text(
+        "my vase arrived with a crack", timeout=20000
+    )
     expect(agent.locator("#typing")).to_be_hidden()
 
     # Agent -> shopper (a canned reply would be inserted the same way; here typed). The shopper
@@ -112,7 +131,9 @@ def test_shopper_and_agent_talk_live_then_the_bot_answers_again(live_kefu, brows
     shopper.fill("kefu-chat >> #kefu-input", "can I pay with paypal?")
     shopper.press("kefu-chat >> #kefu-input", "Enter")
     answer = "We accept Visa, Mastercard, PayPal and Apple Pay."
-    expect(shopper.locator("kefu-chat >> .kefu-msg--bot").last.locator(".kefu-bubble")).to_have_text(answer, timeout=20000)
+    expect(shopper.locator("kefu-chat >> .kefu-msg--bot").last.locator(".kefu-bubble")).to_have_text(
+        answer, timeout=20000
+    )
     expect(agent.locator("#log .msg--bot").last.locator(".msg__body")).to_have_text(answer, timeout=20000)
 
     statuses = [f for f in shopper_frames if f["type"] == "status"]

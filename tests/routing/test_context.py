@@ -2,6 +2,7 @@
 then the most recent whole turns that fit the tier's ``KEFU_<TIER>_CONTEXT_TOKENS``, never more
 than ``KEFU_CONTEXT_TURNS``; the rolling summary in the system message. Tokens are counted with
 the tier model's tokenizer (``count_tokens``), the same one the assertions use."""
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
@@ -9,9 +10,12 @@ from typing import Any
 
 import pytest
 
+from chat import tasks as chat_tasks
+from lib.tokens import count_tokens
 from routing import context, ledger
+from routing import tokens as router_tokens
 from routing.context import SUMMARY_HEADING, TRUNCATION_NOTE, build_messages, build_prompt
-from routing.providers.openai_remote import close_clients, count_tokens
+from routing.providers.openai_remote import close_clients
 
 GROUNDING = [("How long does delivery take?", "Orders arrive in 2-4 business days.")]
 HISTORY = [
@@ -32,7 +36,7 @@ def _tiers(settings: Any) -> None:
     settings.KEFU_TIERS = {tier: {**cfg, "model": f"fake-{tier}"} for tier, cfg in settings.KEFU_TIERS.items()}
     settings.KEFU_CONTEXT_TURNS = 5
     settings.KEFU_CONTEXT_TOKENS = {"simple": 3000, "medium": 6000, "complex": 12000}
-    context.warm_tokenizer(MODEL)
+    router_tokens.warm_tokenizer(MODEL)
 
 
 def tokens(messages: list[dict[str, str]]) -> int:
@@ -53,7 +57,16 @@ def test_everything_fits_the_default_budget() -> None:
     msgs = prompt.messages
     assert msgs[0]["role"] == "system" and "- Q: How long does delivery take?" in msgs[0]["content"]
     assert SUMMARY_HEADING not in msgs[0]["content"]
-    assert [m["role"] for m in msgs[1:]] == ["user", "assistant", "user", "assistant", "assistant", "user", "assistant", "user"]
+    assert [m["role"] for m in msgs[1:]] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     assert msgs[-1] == {"role": "user", "content": NEW}
     assert prompt.kept_turns == 3 and prompt.dropped_turns == 0 and not prompt.truncated and not prompt.estimated
     assert prompt.tokens == tokens(msgs)
@@ -62,13 +75,21 @@ def test_everything_fits_the_default_budget() -> None:
 def test_never_more_than_context_turns(settings: Any) -> None:
     settings.KEFU_CONTEXT_TURNS = 2
     msgs = build_messages(grounding=GROUNDING, history=HISTORY, text=NEW, locale="en")
-    assert users(msgs) == ["Does the walnut floor lamp come with a dimmer switch?", "Is the linen sofa cover machine washable?", NEW]
+    assert users(msgs) == [
+        "Does the walnut floor lamp come with a dimmer switch?",
+        "Is the linen sofa cover machine washable?",
+        NEW,
+    ]
     assert msgs[3]["content"].startswith("Hi, Alice here")  # an agent's message belongs to its turn
 
 
 def test_budget_keeps_the_most_recent_whole_turns(settings: Any) -> None:
-    last_turn = tokens([{"role": "user", "content": "Is the linen sofa cover machine washable?"},
-                        {"role": "assistant", "content": "Yes, at 30 degrees."}]) - count_tokens([], MODEL)
+    last_turn = tokens(
+        [
+            {"role": "user", "content": "Is the linen sofa cover machine washable?"},
+            {"role": "assistant", "content": "Yes, at 30 degrees."},
+        ]
+    ) - count_tokens([], MODEL)
     budget = base_tokens() + last_turn + 5  # room for the last turn, not the one before it
     settings.KEFU_CONTEXT_TOKENS = {"simple": budget, "medium": 6000, "complex": 12000}
     prompt = build_prompt(grounding=GROUNDING, history=HISTORY, text=NEW, locale="en")
@@ -113,7 +134,9 @@ def test_a_message_over_the_budget_is_cut_with_a_note_and_kept(settings: Any) ->
 
 def test_system_prompt_is_never_cut_and_the_message_keeps_a_minimum(settings: Any) -> None:
     settings.KEFU_CONTEXT_TOKENS = {"simple": 10, "medium": 6000, "complex": 12000}
-    prompt = build_prompt(grounding=GROUNDING, history=HISTORY, text="Is the oak side table solid wood? " * 50, locale="en")
+    prompt = build_prompt(
+        grounding=GROUNDING, history=HISTORY, text="Is the oak side table solid wood? " * 50, locale="en"
+    )
     assert "- Q: How long does delivery take?" in prompt.messages[0]["content"]
     assert prompt.truncated and prompt.messages[-1]["content"].endswith(TRUNCATION_NOTE)
     assert count_tokens(prompt.messages[-1]["content"], MODEL) <= context.MIN_MESSAGE_TOKENS
@@ -122,8 +145,8 @@ def test_system_prompt_is_never_cut_and_the_message_keeps_a_minimum(settings: An
 @pytest.mark.asyncio
 async def test_on_the_event_loop_a_cold_tokenizer_is_estimated_not_loaded(monkeypatch: Any) -> None:
     # The tokenizer's first load takes seconds: on the event loop the prompt is estimated meanwhile.
-    monkeypatch.setattr(context, "_ready", set())
-    monkeypatch.setattr(context, "_warming", {"o200k_base"})  # "already loading": no thread started
+    monkeypatch.setattr(router_tokens, "_ready", set())
+    monkeypatch.setattr(router_tokens, "_warming", {"o200k_base"})  # "already loading": no thread started
     prompt = build_prompt(grounding=GROUNDING, history=HISTORY, text=NEW, locale="en")
     assert prompt.estimated and prompt.kept_turns == 3 and prompt.tokens >= tokens(prompt.messages)
 
@@ -134,20 +157,24 @@ async def test_on_the_event_loop_a_cold_tokenizer_is_estimated_not_loaded(monkey
 @pytest.fixture
 async def _flushed() -> AsyncIterator[None]:
     yield
-    await context.drain()
+    await chat_tasks.drain()
     await ledger.flush()
     await close_clients()
 
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-async def test_the_remote_prompt_keeps_what_fits_the_budget(make_client: Any, faq: Any, remote: Any, settings: Any,
-                                                           _flushed: None) -> None:
+async def test_the_remote_prompt_keeps_what_fits_the_budget(
+    make_client: Any, faq: Any, remote: Any, settings: Any, _flushed: None
+) -> None:
     settings.KEFU_SUMMARY_MIN_TURNS = 0  # this test is about the window only
     shopper = await make_client()
     await shopper.hello()
-    questions = ["Is the oak side table solid wood?", "Is the linen sofa cover machine washable?",
-                 "Does the walnut floor lamp come with a dimmer switch?"]
+    questions = [
+        "Is the oak side table solid wood?",
+        "Is the linen sofa cover machine washable?",
+        "Does the walnut floor lamp come with a dimmer switch?",
+    ]
     for q in questions:
         await shopper.say(q)
         await shopper.until("stream.end")
@@ -160,7 +187,7 @@ async def test_the_remote_prompt_keeps_what_fits_the_budget(make_client: Any, fa
     msgs = remote.requests[-1]["messages"]
     kept = users(msgs)[:-1]
     assert users(msgs)[-1] == "Is the oak side table delivered assembled?"
-    assert 0 < len(kept) < len(questions) and kept == questions[len(questions) - len(kept):]  # the newest turns
+    assert 0 < len(kept) < len(questions) and kept == questions[len(questions) - len(kept) :]  # the newest turns
     assert tokens(msgs) <= budget
 
 
@@ -176,8 +203,12 @@ def test_saved_usd_prices_the_answer_at_the_tier_that_would_have_answered() -> N
     expected = (Decimal(376) * Decimal("0.28") + Decimal(completion) * Decimal("0.42")) / Decimal(1_000_000)
     assert ledger.saved_usd(tier="simple", answer_text=answer) == expected.quantize(Decimal("0.000001"))
     assert ledger.saved_usd(tier="simple", answer_text=answer, prompt_tokens=1000) == ledger.cost_usd(
-        tier="simple", prompt_tokens=1000, completion_tokens=completion)
+        tier="simple", prompt_tokens=1000, completion_tokens=completion
+    )
     # the same answer would have cost more at the complex tier (gpt-4.1: $2 / $8 per M)
     assert ledger.saved_usd(tier="complex", answer_text=answer) == ledger.cost_usd(
-        tier="complex", prompt_tokens=ledger.TYPICAL_PROMPT_TOKENS, completion_tokens=count_tokens(answer, "fake-complex"))
+        tier="complex",
+        prompt_tokens=ledger.TYPICAL_PROMPT_TOKENS,
+        completion_tokens=count_tokens(answer, "fake-complex"),
+    )
     assert ledger.saved_usd(tier="complex", answer_text=answer) > ledger.saved_usd(tier="simple", answer_text=answer)

@@ -3,10 +3,11 @@
 No Django needed: run with ``.venv/bin/python -m pytest tests/routing/test_faq_model.py -p no:django``.
 The FAQ below is written for these tests (no evaluation data).
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -139,7 +140,12 @@ def test_match_many_agrees_with_match(model: FaqModel) -> None:
     texts = ["when will my parcel come", "do you accept apple pay", "tell me a joke"]
     for many, one in zip(model.match_many(texts), [model.match(t) for t in texts], strict=True):
         # Batched and single matrix products may differ in the last float bits.
-        assert (many.entry_id, many.accepted, many.reason, many.best_entry_id) == (one.entry_id, one.accepted, one.reason, one.best_entry_id)
+        assert (many.entry_id, many.accepted, many.reason, many.best_entry_id) == (
+            one.entry_id,
+            one.accepted,
+            one.reason,
+            one.best_entry_id,
+        )
         assert many.confidence == pytest.approx(one.confidence, abs=1e-4)
         assert many.similarity == pytest.approx(one.similarity, abs=1e-4)
     assert model.match_many([]) == []
@@ -171,7 +177,10 @@ def test_version_is_stable_and_changes_with_entries_and_thresholds() -> None:
     v1 = FaqModel.train(FAQ, fake, min_confidence=0.7, min_similarity=0.88).version
     assert FaqModel.train(list(reversed(FAQ)), fake, min_confidence=0.7, min_similarity=0.88).version == v1
     edited = FaqTrainingEntry(1, "shipping_time", "en", (*SHIPPING.phrasings, "do you ship on sundays"))
-    assert FaqModel.train([edited, RETURNS, PAYMENT, RETURNS_ZH], fake, min_confidence=0.7, min_similarity=0.88).version != v1
+    assert (
+        FaqModel.train([edited, RETURNS, PAYMENT, RETURNS_ZH], fake, min_confidence=0.7, min_similarity=0.88).version
+        != v1
+    )
     assert FaqModel.train(FAQ[:3], fake, min_confidence=0.7, min_similarity=0.88).version != v1
     assert FaqModel.train(FAQ, fake, min_confidence=0.6, min_similarity=0.88).version != v1
     assert len(v1) == 16

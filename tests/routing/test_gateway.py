@@ -1,6 +1,7 @@
 """The gateway's HTTP edge in process (Django's async test client): keys, methods and bodies
 refused with OpenAI-style errors, and the wire format of answers. The official ``openai`` SDK
 against a live server is in test_gateway_live.py."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,10 @@ from tests.fake_openai import Behaviour
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 URL = "/v1/chat/completions"
-GOOD = {"model": "kefu", "messages": [{"role": "system", "content": "Answer in one line."},
-                                      {"role": "user", "content": "Name a colour."}]}
+GOOD = {
+    "model": "kefu",
+    "messages": [{"role": "system", "content": "Answer in one line."}, {"role": "user", "content": "Name a colour."}],
+}
 
 
 @pytest.fixture(autouse=True)
@@ -70,23 +73,34 @@ async def test_get_is_405(key):
     assert response.status_code == 405 and response.json()["error"]["code"] == "method_not_allowed"
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    (b"{not json", None),
-    (b"[1, 2]", None),
-    (b"[" * 100_000 + b"]" * 100_000, None),  # deeper than the JSON decoder goes: a 400, not a 500
-    ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
-    ({"model": "kefu", "messages": []}, "messages"),
-    ({"model": "kefu", "messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
-    ({"model": "kefu", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     "messages[0].content"),
-    ({"model": "kefu", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, "messages"),
-    ({"model": "kefu", "messages": [{"role": "user", "content": "   "}]}, "messages"),
-    ({**GOOD, "stream": "yes"}, "stream"),
-    ({**GOOD, "n": 2}, "n"),
-    ({**GOOD, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({**GOOD, "max_tokens": 0}, "max_tokens"),
-    ({**GOOD, "temperature": 3}, "temperature"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (b"[" * 100_000 + b"]" * 100_000, None),  # deeper than the JSON decoder goes: a 400, not a 500
+        ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ({"model": "kefu", "messages": []}, "messages"),
+        ({"model": "kefu", "messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+        (
+            {
+                "model": "kefu",
+                "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            },
+            "messages[0].content",
+        ),
+        (
+            {"model": "kefu", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
+            "messages",
+        ),
+        ({"model": "kefu", "messages": [{"role": "user", "content": "   "}]}, "messages"),
+        ({**GOOD, "stream": "yes"}, "stream"),
+        ({**GOOD, "n": 2}, "n"),
+        ({**GOOD, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({**GOOD, "max_tokens": 0}, "max_tokens"),
+        ({**GOOD, "temperature": 3}, "temperature"),
+    ],
+)
 async def test_bad_bodies_get_400_naming_the_field(key, remote, body, param):
     response = await post(None, raw=key[1], content=body) if isinstance(body, bytes) else await post(body, raw=key[1])
     assert response.status_code == 400
@@ -119,7 +133,9 @@ async def test_answer_passes_the_clients_prompt_through_and_is_a_ledger_row_with
     sent = remote.requests[0]
     assert sent["messages"] == GOOD["messages"] and sent["max_tokens"] == 50 and sent["temperature"] == 0.1
     await ledger.flush()
-    [row] = await database_sync_to_async(lambda: list(UpstreamCall.objects.values("outcome", "api_key_id", "conversation_id", "purpose")))()
+    [row] = await database_sync_to_async(
+        lambda: list(UpstreamCall.objects.values("outcome", "api_key_id", "conversation_id", "purpose"))
+    )()
     assert row == {"outcome": "ok", "api_key_id": key[0], "conversation_id": None, "purpose": "gateway"}
     last_used = await database_sync_to_async(lambda: ApiKey.objects.get(pk=key[0]).last_used_at)()
     assert last_used is not None

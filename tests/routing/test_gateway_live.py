@@ -4,6 +4,7 @@
 The ledger is read from the live server's SQLite file; its rows are written in the background
 just after each answer, so ``ledger_rows`` waits until the expected number is there.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -51,11 +52,17 @@ def ledger_rows(kefu: Any, expected: int) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def kefu(live_kefu, fake_openai):
-    return live_kefu(env={
-        "OPENAI_API_KEY": "upstream-key", "OPENAI_BASE_URL": fake_openai.base_url,
-        "KEFU_SIMPLE_MODEL": "fake-simple", "KEFU_MEDIUM_MODEL": "fake-medium", "KEFU_COMPLEX_MODEL": "fake-complex",
-        "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S": "3", "KEFU_LLM_RETRY_CAP_S": "0.2",
-    })
+    return live_kefu(
+        env={
+            "OPENAI_API_KEY": "upstream-key",
+            "OPENAI_BASE_URL": fake_openai.base_url,
+            "KEFU_SIMPLE_MODEL": "fake-simple",
+            "KEFU_MEDIUM_MODEL": "fake-medium",
+            "KEFU_COMPLEX_MODEL": "fake-complex",
+            "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S": "3",
+            "KEFU_LLM_RETRY_CAP_S": "0.2",
+        }
+    )
 
 
 def client(kefu: Any, key: str) -> openai.OpenAI:
@@ -74,14 +81,23 @@ def test_the_sdk_gets_answers_streamed_and_not_and_the_ledger_names_the_key(kefu
     assert raw.headers["x-kefu-route"] == "llm.simple"
     assert completion.choices[0].message.content == "Warm walnut light, dimmed to taste."
     assert completion.model == "fake-simple" and completion.choices[0].finish_reason == "stop"
-    assert completion.usage is not None and (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (1000, 200)
+    assert completion.usage is not None and (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (
+        1000,
+        200,
+    )
     assert fake_openai.requests[0]["messages"] == QUESTION_FOR_TOOLS
 
     # Streamed, with usage, while the simple tier fails: the medium tier answers.
-    fake_openai.push(Behaviour(status=500), Behaviour(status=500),
-                     Behaviour(text="Walnut glow, your way.", prompt_tokens=40, completion_tokens=6))
-    chunks = list(sdk.chat.completions.create(model="kefu", messages=QUESTION_FOR_TOOLS, stream=True,
-                                              stream_options={"include_usage": True}))
+    fake_openai.push(
+        Behaviour(status=500),
+        Behaviour(status=500),
+        Behaviour(text="Walnut glow, your way.", prompt_tokens=40, completion_tokens=6),
+    )
+    chunks = list(
+        sdk.chat.completions.create(
+            model="kefu", messages=QUESTION_FOR_TOOLS, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Walnut glow, your way."
     assert {c.model for c in chunks} == {"fake-medium"}
@@ -89,7 +105,11 @@ def test_the_sdk_gets_answers_streamed_and_not_and_the_ledger_names_the_key(kefu
 
     rows = ledger_rows(kefu, 4)
     assert [(r["tier"], r["outcome"], r["http_status"]) for r in rows] == [
-        ("simple", "ok", None), ("simple", "retried", 500), ("simple", "fell_back", 500), ("medium", "ok", None)]
+        ("simple", "ok", None),
+        ("simple", "retried", 500),
+        ("simple", "fell_back", 500),
+        ("medium", "ok", None),
+    ]
     assert {r["api_key_id"] for r in rows} == {key_id} and {r["conversation_id"] for r in rows} == {None}
     # deepseek-chat list prices: 1000 x $0.28/M + 200 x $0.42/M = $0.000364
     assert str(rows[0]["cost_usd"]) == "0.000364"
@@ -99,13 +119,15 @@ def test_a_bare_store_question_is_answered_by_the_faq_model_without_a_remote_cal
     _, key = issue_key(kefu)
     sdk = client(kefu, key)
     raw = sdk.chat.completions.with_raw_response.create(
-        model="kefu", messages=[{"role": "user", "content": "How long does delivery take?"}])
+        model="kefu", messages=[{"role": "user", "content": "How long does delivery take?"}]
+    )
     completion = raw.parse()
     assert raw.headers["x-kefu-route"] == "faq" and completion.model == "kefu-faq"
     assert completion.choices[0].message.content.startswith("Orders ship within 1 business day")
     assert completion.usage is not None and completion.usage.total_tokens == 0
     stream = sdk.chat.completions.create(
-        model="kefu", messages=[{"role": "user", "content": "How long does delivery take?"}], stream=True)
+        model="kefu", messages=[{"role": "user", "content": "How long does delivery take?"}], stream=True
+    )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices).startswith("Orders ship within")
     assert fake_openai.requests == []
 
@@ -135,5 +157,6 @@ def test_bad_keys_and_bad_bodies_are_sdk_errors(kefu, fake_openai):
     assert bad.value.param == "messages"
     with pytest.raises(openai.BadRequestError):
         client(kefu, key).chat.completions.create(
-            model="kefu", messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+            model="kefu", messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+        )
     assert fake_openai.requests == []

@@ -1,4 +1,5 @@
 """``manage.py import_faq``: JSONL and CSV, merging, re-import, bad records with line numbers."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,36 @@ pytestmark = pytest.mark.django_db
 
 
 def write_jsonl(path: Path, rows: list[object]) -> Path:
-    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8"
+    )
     return path
 
 
 def test_jsonl_import_groups_by_intent_and_locale(tmp_path, capsys):
-    f = write_jsonl(tmp_path / "faq.jsonl", [
-        {"intent": "returns", "question": "Can I return this?", "answer": "Yes, within 30 days.", "variants": ["return policy?"]},
-        {"intent": "returns", "question": "How do I send it back?", "answer": "ignored: first record's answer wins"},
-        {"intent": "returns", "locale": "zh", "question": "可以退货吗？", "answer": "可以，30天内。", "extra": "ignored"},
-    ])
+    f = write_jsonl(
+        tmp_path / "faq.jsonl",
+        [
+            {
+                "intent": "returns",
+                "question": "Can I return this?",
+                "answer": "Yes, within 30 days.",
+                "variants": ["return policy?"],
+            },
+            {
+                "intent": "returns",
+                "question": "How do I send it back?",
+                "answer": "ignored: first record's answer wins",
+            },
+            {
+                "intent": "returns",
+                "locale": "zh",
+                "question": "可以退货吗？",
+                "answer": "可以，30天内。",
+                "extra": "ignored",
+            },
+        ],
+    )
     call_command("import_faq", str(f))
     en = FaqEntry.objects.get(intent="returns", locale="en")
     assert en.answer == "Yes, within 30 days."
@@ -43,9 +64,12 @@ def test_reimport_updates_instead_of_duplicating(tmp_path):
 
 def test_csv_import_with_json_variants(tmp_path):
     f = tmp_path / "faq.csv"
-    f.write_text('question,answer,intent,locale,variants\n'
-                 '"Do you ship abroad?","Yes, to 30 countries.\nSee the list.",intl,en,"[""international shipping?""]"\n'
-                 '多久发货？,24小时内。,dispatch,zh,\n', encoding="utf-8")
+    f.write_text(
+        "question,answer,intent,locale,variants\n"
+        '"Do you ship abroad?","Yes, to 30 countries.\nSee the list.",intl,en,"[""international shipping?""]"\n'
+        "多久发货？,24小时内。,dispatch,zh,\n",
+        encoding="utf-8",
+    )
     call_command("import_faq", str(f))
     intl = FaqEntry.objects.get(intent="intl")
     assert intl.answer == "Yes, to 30 countries.\nSee the list." and intl.variants == ["international shipping?"]
@@ -53,13 +77,16 @@ def test_csv_import_with_json_variants(tmp_path):
 
 
 def test_bad_records_are_named_by_line_and_good_ones_still_load(tmp_path, capsys):
-    f = write_jsonl(tmp_path / "faq.jsonl", [
-        {"intent": "ok1", "question": "Q1?", "answer": "A1"},
-        "{not json",
-        {"intent": "bad", "question": "", "answer": "A"},
-        {"intent": "bad2", "question": "Q?", "answer": "A", "variants": "not a list"},
-        {"intent": "ok2", "question": "Q2?", "answer": "A2"},
-    ])
+    f = write_jsonl(
+        tmp_path / "faq.jsonl",
+        [
+            {"intent": "ok1", "question": "Q1?", "answer": "A1"},
+            "{not json",
+            {"intent": "bad", "question": "", "answer": "A"},
+            {"intent": "bad2", "question": "Q?", "answer": "A", "variants": "not a list"},
+            {"intent": "ok2", "question": "Q2?", "answer": "A2"},
+        ],
+    )
     with pytest.raises(SystemExit) as exit_info:
         call_command("import_faq", str(f))
     assert exit_info.value.code == 1
@@ -70,10 +97,13 @@ def test_bad_records_are_named_by_line_and_good_ones_still_load(tmp_path, capsys
 
 def test_atomic_loads_nothing_when_any_record_is_bad(tmp_path):
     FaqEntry.objects.create(intent="kept", question="Old?", answer="Old answer")
-    f = write_jsonl(tmp_path / "faq.jsonl", [
-        {"intent": "kept", "question": "Old?", "answer": "New answer"},
-        {"intent": "x", "answer": "no question"},
-    ])
+    f = write_jsonl(
+        tmp_path / "faq.jsonl",
+        [
+            {"intent": "kept", "question": "Old?", "answer": "New answer"},
+            {"intent": "x", "answer": "no question"},
+        ],
+    )
     with pytest.raises(CommandError, match="nothing imported"):
         call_command("import_faq", str(f), "--atomic")
     assert FaqEntry.objects.get().answer == "Old answer"  # nothing already stored is lost
@@ -90,9 +120,11 @@ def test_csv_bad_row_reports_its_line(tmp_path, capsys):
 
 def test_a_jsonl_line_that_is_not_utf8_costs_only_that_line(tmp_path, capsys):
     f = tmp_path / "faq.jsonl"
-    f.write_bytes(b'{"intent": "a", "question": "A?", "answer": "a"}\n'
-                  + '{"intent": "b", "question": "caf\xe9?", "answer": "b"}\n'.encode("latin-1")
-                  + b'{"intent": "c", "question": "C?", "answer": "c"}\n')
+    f.write_bytes(
+        b'{"intent": "a", "question": "A?", "answer": "a"}\n'
+        + '{"intent": "b", "question": "caf\xe9?", "answer": "b"}\n'.encode("latin-1")
+        + b'{"intent": "c", "question": "C?", "answer": "c"}\n'
+    )
     with pytest.raises(SystemExit):
         call_command("import_faq", str(f))
     assert ":2: not UTF-8 text" in capsys.readouterr().err
@@ -122,8 +154,10 @@ def test_if_empty_skips_a_store_that_has_a_faq(tmp_path):
 
 
 def test_missing_intent_is_derived_from_the_question(tmp_path):
-    f = write_jsonl(tmp_path / "faq.jsonl", [{"question": "Do you gift wrap?", "answer": "Yes."},
-                                             {"question": "Do you gift wrap?", "answer": "Yes."}])
+    f = write_jsonl(
+        tmp_path / "faq.jsonl",
+        [{"question": "Do you gift wrap?", "answer": "Yes."}, {"question": "Do you gift wrap?", "answer": "Yes."}],
+    )
     call_command("import_faq", str(f))
     entry = FaqEntry.objects.get()
     assert entry.intent.startswith("do-you-gift-wrap-")

@@ -5,6 +5,7 @@ server (tests/fake_openai.py), scripted per test; ``stream_with_fallback`` is ca
 answering loop and the gateway call it. Prices are the tiers' default list prices (USD per
 million tokens): simple 0.28 in / 0.028 cached / 0.42 out, medium 0.30 / 0.03 / 2.50.
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
@@ -15,13 +16,15 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Conversation, Message
+from lib.tokens import count_tokens
 from routing import ledger
 from routing.ledger import CallContext
 from routing.models import UpstreamCall
 from routing.providers.base import ChatRequest, ProviderError, StreamDone, TextDelta
-from routing.providers.openai_remote import close_clients, count_tokens
+from routing.providers.openai_remote import close_clients
 from routing.resilience import stream_with_fallback
-from routing.strategy import Decision, _provider
+from routing.tiers import provider_for
+from routing.types import Decision
 from tests.fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -46,7 +49,10 @@ async def _close_clients() -> AsyncIterator[None]:
 
 def decision(tier: str = "simple") -> Decision:
     return Decision(
-        route=f"llm.{tier}", locale="en", tier=tier, provider=_provider(tier),
+        route=f"llm.{tier}",
+        locale="en",
+        tier=tier,
+        provider=provider_for(tier),
         request=ChatRequest(messages=list(MESSAGES), model=f"fake-{tier}", max_tokens=200),
     )
 
@@ -70,9 +76,23 @@ async def run(d: Decision, context: CallContext | None = None) -> tuple[str, Str
 
 
 async def rows() -> list[dict[str, Any]]:
-    fields = ("tier", "model", "attempt", "outcome", "error_code", "http_status", "prompt_tokens",
-              "cached_prompt_tokens", "completion_tokens", "cost_usd", "estimated", "ttft_ms",
-              "conversation_id", "message_id", "api_key_id")
+    fields = (
+        "tier",
+        "model",
+        "attempt",
+        "outcome",
+        "error_code",
+        "http_status",
+        "prompt_tokens",
+        "cached_prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+        "estimated",
+        "ttft_ms",
+        "conversation_id",
+        "message_id",
+        "api_key_id",
+    )
     return await database_sync_to_async(lambda: list(UpstreamCall.objects.order_by("id").values(*fields)))()
 
 
@@ -81,8 +101,11 @@ def outcomes(found: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 async def test_answer_with_usage_is_one_ok_row_with_its_cost_and_context(remote):
-    remote.push(Behaviour(text="Yes, it has an inline dimmer.", prompt_tokens=1000, completion_tokens=200,
-                          cached_prompt_tokens=400))
+    remote.push(
+        Behaviour(
+            text="Yes, it has an inline dimmer.", prompt_tokens=1000, completion_tokens=200, cached_prompt_tokens=400
+        )
+    )
 
     def make_conversation() -> tuple[Conversation, Message]:
         conversation = Conversation.objects.create(token_hash="t" * 64)
@@ -105,7 +128,9 @@ async def test_answer_with_usage_is_one_ok_row_with_its_cost_and_context(remote)
 
 
 async def test_429_with_retry_after_then_ok_is_a_retried_row_and_an_ok_row(remote):
-    remote.push(Behaviour(status=429, retry_after=0.2), Behaviour(text="Yes, it dims.", prompt_tokens=50, completion_tokens=5))
+    remote.push(
+        Behaviour(status=429, retry_after=0.2), Behaviour(text="Yes, it dims.", prompt_tokens=50, completion_tokens=5)
+    )
 
     text, _, error = await run(decision())
 
@@ -123,16 +148,18 @@ async def test_429_with_retry_after_then_ok_is_a_retried_row_and_an_ok_row(remot
 
 
 async def test_500_on_simple_then_medium_answers(remote):
-    remote.push(Behaviour(status=500), Behaviour(status=500),
-                Behaviour(text="It has a dimmer.", prompt_tokens=1000, completion_tokens=200))
+    remote.push(
+        Behaviour(status=500),
+        Behaviour(status=500),
+        Behaviour(text="It has a dimmer.", prompt_tokens=1000, completion_tokens=200),
+    )
     d = decision()
 
     text, done, error = await run(d)
 
     assert error is None and text == "It has a dimmer." and d.route == "llm.medium"
     found = await rows()
-    assert outcomes(found) == [
-        ("simple", "retried", "server"), ("simple", "fell_back", "server"), ("medium", "ok", "")]
+    assert outcomes(found) == [("simple", "retried", "server"), ("simple", "fell_back", "server"), ("medium", "ok", "")]
     assert [r["http_status"] for r in found] == [500, 500, None]
     assert [r["cost_usd"] for r in found] == [Decimal("0"), Decimal("0"), Decimal("0.000800")]
     assert found[2]["model"] == "fake-medium"
@@ -140,7 +167,9 @@ async def test_500_on_simple_then_medium_answers(remote):
 
 async def test_slow_first_token_times_out_and_falls_back_with_estimated_prompt(remote, settings):
     settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = 0.3
-    remote.push(Behaviour(text="too late", ttft_ms=5000), Behaviour(text="On time.", prompt_tokens=40, completion_tokens=3))
+    remote.push(
+        Behaviour(text="too late", ttft_ms=5000), Behaviour(text="On time.", prompt_tokens=40, completion_tokens=3)
+    )
 
     text, _, error = await run(decision())
 
@@ -157,7 +186,9 @@ async def test_slow_first_token_times_out_and_falls_back_with_estimated_prompt(r
 
 
 async def test_connection_dropped_before_first_token_is_retried(remote):
-    remote.push(Behaviour(drop_before_first_token=True), Behaviour(text="Second try.", prompt_tokens=10, completion_tokens=2))
+    remote.push(
+        Behaviour(drop_before_first_token=True), Behaviour(text="Second try.", prompt_tokens=10, completion_tokens=2)
+    )
 
     text, _, error = await run(decision())
 
@@ -181,12 +212,16 @@ async def test_connection_dropped_after_first_token_is_a_failed_row_with_the_tex
     assert row["prompt_tokens"] == count_tokens(MESSAGES, "fake-simple")
     assert row["completion_tokens"] == count_tokens("The lamp has ", "fake-simple") > 0
     assert row["cost_usd"] == ledger.cost_usd(
-        tier="simple", prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"])
+        tier="simple", prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"]
+    )
     assert len(remote.requests) == 1  # never retried once text was sent
 
 
 async def test_malformed_chunk_before_first_token_is_retried(remote):
-    remote.push(Behaviour(text="broken", malformed_after_chunks=0), Behaviour(text="Fine now.", prompt_tokens=8, completion_tokens=2))
+    remote.push(
+        Behaviour(text="broken", malformed_after_chunks=0),
+        Behaviour(text="Fine now.", prompt_tokens=8, completion_tokens=2),
+    )
 
     text, _, error = await run(decision())
 
@@ -232,9 +267,12 @@ async def test_every_tier_failing_ends_with_a_failed_row(remote):
 
     assert text == "" and done is None and error is not None and error.status == 503
     assert outcomes(await rows()) == [
-        ("simple", "retried", "server"), ("simple", "fell_back", "server"),
-        ("medium", "retried", "server"), ("medium", "fell_back", "server"),
-        ("complex", "retried", "server"), ("complex", "failed", "server"),
+        ("simple", "retried", "server"),
+        ("simple", "fell_back", "server"),
+        ("medium", "retried", "server"),
+        ("medium", "fell_back", "server"),
+        ("complex", "retried", "server"),
+        ("complex", "failed", "server"),
     ]
 
 

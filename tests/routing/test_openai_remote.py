@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import pytest_asyncio
 
+from lib.tokens import count_tokens, encoding_name_for_model
 from routing.providers.base import (
     ChatRequest,
     ProviderConfig,
@@ -28,8 +29,6 @@ from routing.providers.base import (
 from routing.providers.openai_remote import (
     OpenAIProvider,
     close_clients,
-    count_tokens,
-    encoding_name_for_model,
     get_client,
 )
 from tests.fake_openai import Behaviour, FakeOpenAI, running_fake_openai
@@ -123,9 +122,7 @@ async def test_default_answer_echoes_the_shopper_and_keeps_unicode(fake_openai: 
     question = "我的订单什么时候到？"
     fake_openai.push(Behaviour(chunks=4))
 
-    texts, done, error = await collect(
-        OpenAIProvider(make_config(fake_openai)), shopper_request(question)
-    )
+    texts, done, error = await collect(OpenAIProvider(make_config(fake_openai)), shopper_request(question))
 
     assert error is None and done is not None
     assert len(texts) == 4
@@ -138,9 +135,7 @@ async def test_usage_comes_from_the_usage_chunk(fake_openai: FakeOpenAI) -> None
     _, done, error = await collect(OpenAIProvider(make_config(fake_openai)), shopper_request())
 
     assert error is None and done is not None
-    assert done.usage == Usage(
-        prompt_tokens=42, completion_tokens=7, cached_prompt_tokens=16, estimated=False
-    )
+    assert done.usage == Usage(prompt_tokens=42, completion_tokens=7, cached_prompt_tokens=16, estimated=False)
 
 
 async def test_without_usage_tokens_are_counted_and_marked_estimated(
@@ -251,9 +246,7 @@ async def test_429_is_rate_limited_transient_with_retry_after(fake_openai: FakeO
 
 async def test_retry_after_may_be_an_http_date(fake_openai: FakeOpenAI) -> None:
     when = datetime.now(UTC) + timedelta(seconds=30)
-    fake_openai.push(
-        Behaviour(status=429, retry_after=email.utils.format_datetime(when, usegmt=True))
-    )
+    fake_openai.push(Behaviour(status=429, retry_after=email.utils.format_datetime(when, usegmt=True)))
 
     _, _, error = await collect(OpenAIProvider(make_config(fake_openai)), shopper_request())
 
@@ -360,9 +353,7 @@ async def test_a_drop_before_the_first_token_is_a_connection_error(
 
 
 async def test_a_drop_mid_stream_keeps_the_text_already_yielded(fake_openai: FakeOpenAI) -> None:
-    fake_openai.push(
-        Behaviour(chunks=["Your ", "parcel ", "is ", "on ", "its ", "way."], drop_after_chunks=3)
-    )
+    fake_openai.push(Behaviour(chunks=["Your ", "parcel ", "is ", "on ", "its ", "way."], drop_after_chunks=3))
 
     texts, done, error = await collect(OpenAIProvider(make_config(fake_openai)), shopper_request())
 
@@ -465,9 +456,7 @@ async def test_the_fake_also_serves_models_and_non_streamed_answers(
     client = get_client(make_config(fake_openai))
 
     models = await client.models.list()
-    completion = await client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Hello"}]
-    )
+    completion = await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello"}])
 
     assert MODEL in [model.id for model in models.data]
     assert completion.choices[0].message.content == "Echo: Hello"

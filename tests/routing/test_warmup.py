@@ -1,13 +1,14 @@
 """The start-up warm-up (routing.warmup): what the first message would pay is paid at start-up,
 and /healthz can tell (tests/chat/test_http.py checks the 503)."""
+
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 
-from routing import context, warmup
-from routing.providers.openai_remote import encoding_name_for_model
+from lib.tokens import encoding_name_for_model
+from routing import tokens, warmup
 
 
 @pytest.fixture
@@ -17,15 +18,16 @@ def fresh_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.django_db
-def test_warm_up_loads_each_configured_tiers_tokenizer_and_reports_ok(remote: Any, settings: Any, fresh_warmup: None,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warm_up_loads_each_configured_tiers_tokenizer_and_reports_ok(
+    remote: Any, settings: Any, fresh_warmup: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = settings.KEFU_TIERS["simple"]["model"]
-    monkeypatch.setattr(context, "_ready", set())
+    monkeypatch.setattr(tokens, "_ready", set())
     assert warmup.status() == "ok"  # never started: everything loads lazily
     warmup.start()
     assert warmup.status() in ("loading", "ok")
     assert warmup.wait(120) == "ok"
-    assert encoding_name_for_model(model) in context._ready
+    assert encoding_name_for_model(model) in tokens._ready
 
 
 def test_a_failed_warm_up_is_reported_with_its_error(fresh_warmup: None, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ memory) and the in-process semantic indexes forget the deleted entries too. Noth
 confirmation; ``purge`` prints what it deleted. A bad argument (unknown id or scope, a limit below
 1, no purge target) raises :class:`CommandError` naming the value.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,6 +15,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
 from cache_layer import services
+from cache_layer.config import cache_config
 from cache_layer.exact_store import get_exact_store
 from cache_layer.models import CachedAnswer
 
@@ -55,12 +57,19 @@ class Command(BaseCommand):
         now = timezone.now()
         rows = list(
             CachedAnswer.objects.values("scope")
-            .annotate(n=Count("id"), live=Count("id", filter=Q(expires_at__gt=now)), hits=Sum("hits"),
-                      oldest=Min("created_at"), newest=Max("created_at"))
+            .annotate(
+                n=Count("id"),
+                live=Count("id", filter=Q(expires_at__gt=now)),
+                hits=Sum("hits"),
+                oldest=Min("created_at"),
+                newest=Max("created_at"),
+            )
             .order_by("scope")
         )
-        self.stdout.write(f"exact store: {get_exact_store().name}; size bound {services.max_entries():,} entries, "
-                          f"TTL {services.ttl_s()} s")
+        self.stdout.write(
+            f"exact store: {get_exact_store().name}; size bound {cache_config().max_entries:,} entries, "
+            f"TTL {services.ttl_s()} s"
+        )
         if not rows:
             self.stdout.write("no cached answers")
             return
@@ -93,8 +102,10 @@ class Command(BaseCommand):
         self.stdout.write(f"{'id':>8} {'hits':>6}  {'state':7}  {'expires':19}  question  [scope]")
         for entry_id, hits, expires_at, entry_scope, question in rows:
             state = "live" if expires_at > now else "expired"
-            self.stdout.write(f"{entry_id:>8} {hits:>6}  {state:7}  {_when(expires_at):19}  "
-                              f"{_one_line(question, 60)}  [{entry_scope}]")
+            self.stdout.write(
+                f"{entry_id:>8} {hits:>6}  {state:7}  {_when(expires_at):19}  "
+                f"{_one_line(question, 60)}  [{entry_scope}]"
+            )
 
     def _show(self, *, id: int, **_: Any) -> None:
         entry = CachedAnswer.objects.filter(id=id).first()
@@ -103,13 +114,19 @@ class Command(BaseCommand):
         vec = entry.vector()
         in_store = get_exact_store().get(entry.scope, entry.key_hash) is not None
         fields = [
-            ("id", entry.id), ("scope", entry.scope), ("question", entry.question), ("exact key", entry.key_text),
-            ("route", entry.route), ("model", entry.model), ("locale", entry.locale or "-"),
+            ("id", entry.id),
+            ("scope", entry.scope),
+            ("question", entry.question),
+            ("exact key", entry.key_text),
+            ("route", entry.route),
+            ("model", entry.model),
+            ("locale", entry.locale or "-"),
             ("prompt version", entry.system_prompt_version or "-"),
             ("grounded on", ", ".join(str(g) for g in entry.grounded_on) or "-"),
             ("created", _when(entry.created_at)),
             ("expires", f"{_when(entry.expires_at)} ({'live' if entry.expires_at > timezone.now() else 'expired'})"),
-            ("hits", entry.hits), ("last hit", _when(entry.last_hit_at)),
+            ("hits", entry.hits),
+            ("last hit", _when(entry.last_hit_at)),
             ("embedding", f"{vec.shape[0]} dims" if vec is not None else "-"),
             ("in exact store", f"{'yes' if in_store else 'no'} ({get_exact_store().name})"),
         ]

@@ -5,6 +5,7 @@ the ``Agents`` group, which holds the ``chat.handle_conversations`` permission. 
 password option it asks for one twice on the terminal. Admins can make more agents in
 ``/admin/`` by adding staff users to the ``Agents`` group.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -35,7 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--email", default="")
         group = parser.add_mutually_exclusive_group()
         group.add_argument("--password", help="the password (visible in the shell history; see --password-stdin)")
-        group.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+        group.add_argument(
+            "--password-stdin", action="store_true", help="read the password from the first line of stdin"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         username = options["username"].strip()

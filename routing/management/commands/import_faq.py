@@ -1,4 +1,5 @@
 """``manage.py import_faq PATH [--atomic] [--if-empty]``: load FAQ entries from JSONL or CSV."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.faq_import import BadRecord, FaqRecord, faq_import, read_records, validate
 from routing.models import FaqEntry
-from routing.services import faq_changed
+from routing.registry import faq_changed
 
 
 class Command(BaseCommand):
@@ -41,8 +42,8 @@ class Command(BaseCommand):
                     bad.append(e)
         except UnicodeDecodeError as e:
             raise CommandError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        for e in bad:
-            self.stderr.write(f"{path}:{e.line}: {e.reason}")
+        for record in bad:
+            self.stderr.write(f"{path}:{record.line}: {record.reason}")
         if bad and atomic:
             raise CommandError(f"{len(bad)} bad record(s); nothing imported (--atomic)")
         result = faq_import(good)

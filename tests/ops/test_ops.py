@@ -1,4 +1,5 @@
-"""Ops figures (routing.ops) and their views: /ops/, /ops/api/summary, /metrics."""
+"""Ops figures (ops.selectors) and their views: /ops/, /ops/api/summary, /metrics."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -10,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from chat.models import Conversation, ConversationStatus, Message
-from routing import ops
+from ops import selectors as ops
 from routing.models import UpstreamCall
 
 pytestmark = pytest.mark.django_db
@@ -26,8 +27,16 @@ def traffic() -> Conversation:
 
     def bot(route: str, ttft: float, saved: str = "0", cost: str = "0") -> Message:
         Message.objects.create(conversation=conv, seq=next(seq), role="shopper", text="q")
-        return Message.objects.create(conversation=conv, seq=next(seq), role="bot", text="a", route=route,
-                                      ttft_ms=ttft, saved_usd=Decimal(saved), cost_usd=Decimal(cost))
+        return Message.objects.create(
+            conversation=conv,
+            seq=next(seq),
+            role="bot",
+            text="a",
+            route=route,
+            ttft_ms=ttft,
+            saved_usd=Decimal(saved),
+            cost_usd=Decimal(cost),
+        )
 
     bot("faq", 10, saved="0.000100")
     bot("faq", 30, saved="0.000100")
@@ -37,13 +46,25 @@ def traffic() -> Conversation:
     bot("llm.medium", 400, cost="0.001000")
     bot("handoff", 20)
     old = bot("faq", 999, saved="1.0")
-    Message.objects.filter(conversation=conv, seq__gte=old.seq - 1).update(created_at=timezone.now() - timedelta(hours=3))
-    for tier, outcome, usd, ttft, purpose in [("simple", "ok", "0.000300", 220.0, "answer"),
-                                              ("medium", "retried", "0", None, "answer"),
-                                              ("medium", "ok", "0.001000", 380.0, "answer"),
-                                              ("simple", "ok", "0.000050", 200.0, "summary")]:
-        UpstreamCall.objects.create(conversation=conv, tier=tier, model=f"m-{tier}", outcome=outcome, purpose=purpose,
-                                    cost_usd=Decimal(usd), ttft_ms=ttft, latency_ms=500)
+    Message.objects.filter(conversation=conv, seq__gte=old.seq - 1).update(
+        created_at=timezone.now() - timedelta(hours=3)
+    )
+    for tier, outcome, usd, ttft, purpose in [
+        ("simple", "ok", "0.000300", 220.0, "answer"),
+        ("medium", "retried", "0", None, "answer"),
+        ("medium", "ok", "0.001000", 380.0, "answer"),
+        ("simple", "ok", "0.000050", 200.0, "summary"),
+    ]:
+        UpstreamCall.objects.create(
+            conversation=conv,
+            tier=tier,
+            model=f"m-{tier}",
+            outcome=outcome,
+            purpose=purpose,
+            cost_usd=Decimal(usd),
+            ttft_ms=ttft,
+            latency_ms=500,
+        )
     return conv
 
 

@@ -4,6 +4,7 @@ Async clients (redis.asyncio, the rate limiter's storage) hold connections that 
 loop that made them; a process has one loop under Daphne, but tests and management commands run
 several in turn. Entries go away with their loop (weak keys).
 """
+
 from __future__ import annotations
 
 import asyncio

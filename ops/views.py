@@ -5,18 +5,27 @@ costs, savings and latency"; give it in the admin, directly or through a group).
 for a Prometheus server: open unless ``KEFU_METRICS_TOKEN`` is set, then it needs
 ``Authorization: Bearer <token>`` (put it behind the proxy's access rules either way).
 """
+
 from __future__ import annotations
 
+import asyncio
 import hmac
+from collections.abc import Callable
 from functools import wraps
-from typing import Any, Callable
+from typing import Any
 
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.core.cache import cache
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from . import ops
+from routing import services as router
+
+from . import selectors as ops
 
 PERMISSION = "routing.view_costs"
 WINDOWS = (1, 24, 24 * 7, 24 * 30)  # hours offered on the page
@@ -77,8 +86,18 @@ def dashboard(request: HttpRequest, hours: float) -> HttpResponse:
     """``GET /ops/?hours=24``: the same figures as the API, as a page (no script needed)."""
     data = ops.summary(hours=hours)
     routes = [{"route": k, **v} for k, v in data["answers"]["by_route"].items()]
-    response = render(request, "ops.html", {"s": data, "routes": routes, "hours": hours, "hours_q": f"{hours:g}", "windows": WINDOWS,
-                                            "tiers": sorted(data["upstream"]["ttft_ms"].items())})
+    response = render(
+        request,
+        "ops.html",
+        {
+            "s": data,
+            "routes": routes,
+            "hours": hours,
+            "hours_q": f"{hours:g}",
+            "windows": WINDOWS,
+            "tiers": sorted(data["upstream"]["ttft_ms"].items()),
+        },
+    )
     response["Content-Security-Policy"] = OPS_CSP
     return response
 
@@ -93,8 +112,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if token:
         sent = request.headers.get("Authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-            return HttpResponse("metrics need Authorization: Bearer <KEFU_METRICS_TOKEN>\n", status=401,
-                                content_type="text/plain")
+            return HttpResponse(
+                "metrics need Authorization: Bearer <KEFU_METRICS_TOKEN>\n", status=401, content_type="text/plain"
+            )
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -102,20 +122,28 @@ def metrics(request: HttpRequest) -> HttpResponse:
         def collect(self) -> Any:
             t = ops.totals()
             answers = CounterMetricFamily("kefu_answers", "Bot answers stored, by route.", labels=["route"])
-            saved = CounterMetricFamily("kefu_saved_usd", "USD the tier that would have answered would have cost "
-                                        "(FAQ, cache and shared answers), by route.", labels=["route"])
+            saved = CounterMetricFamily(
+                "kefu_saved_usd",
+                "USD the tier that would have answered would have cost (FAQ, cache and shared answers), by route.",
+                labels=["route"],
+            )
             for route, n, usd in t["answers"]:
                 answers.add_metric([route], n)
                 saved.add_metric([route], usd)
-            calls = CounterMetricFamily("kefu_upstream_calls", "Upstream attempts (cost ledger rows).",
-                                        labels=["tier", "purpose", "outcome"])
-            cost = CounterMetricFamily("kefu_upstream_cost_usd", "USD of upstream attempts at list prices.",
-                                       labels=["tier", "purpose", "outcome"])
+            calls = CounterMetricFamily(
+                "kefu_upstream_calls", "Upstream attempts (cost ledger rows).", labels=["tier", "purpose", "outcome"]
+            )
+            cost = CounterMetricFamily(
+                "kefu_upstream_cost_usd",
+                "USD of upstream attempts at list prices.",
+                labels=["tier", "purpose", "outcome"],
+            )
             for tier, purpose, outcome, n, usd in t["calls"]:
                 calls.add_metric([tier, purpose, outcome], n)
                 cost.add_metric([tier, purpose, outcome], usd)
-            conv = GaugeMetricFamily("kefu_conversations", "Conversations waiting for or held by an agent now.",
-                                     labels=["status"])
+            conv = GaugeMetricFamily(
+                "kefu_conversations", "Conversations waiting for or held by an agent now.", labels=["status"]
+            )
             conv.add_metric(["waiting_agent"], t["waiting"])
             conv.add_metric(["agent"], t["with_agent"])
             yield from (answers, saved, calls, cost, conv)
@@ -123,3 +151,44 @@ def metrics(request: HttpRequest) -> HttpResponse:
     registry = CollectorRegistry()
     registry.register(_Totals())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+# --- Health (docs/ops.md) -------------------------------------------------------------------------
+
+
+def _check_database() -> str:
+    with connection.cursor() as c:
+        c.execute("SELECT 1")
+    return "ok"
+
+
+def _check_cache() -> str:
+    cache.set("kefu:healthz", "1", 5)
+    return "ok" if cache.get("kefu:healthz") == "1" else "error"
+
+
+async def healthz(request: HttpRequest) -> JsonResponse:
+    """``GET /healthz``: ``{"status", "database", "channel_layer", "cache", "faq_model", "router"}``,
+    each ``ok``/``loading``/``error: ...``; HTTP 200 only when all are ``ok``, else 503. ``faq_model``
+    and ``router`` are the router's (``routing.services.router_status``: the FAQ model, the start-up
+    warm-up)."""
+    result: dict[str, str] = {}
+    try:
+        result["database"] = await sync_to_async(_check_database)()
+    except Exception as e:  # health checks report failures rather than raise
+        result["database"] = f"error: {type(e).__name__}"
+    try:
+        layer = get_channel_layer()
+        name = await asyncio.wait_for(layer.new_channel(), 2)
+        await asyncio.wait_for(layer.send(name, {"type": "healthz"}), 2)
+        await asyncio.wait_for(layer.receive(name), 2)
+        result["channel_layer"] = "ok"
+    except Exception as e:
+        result["channel_layer"] = f"error: {type(e).__name__}"
+    try:
+        result["cache"] = await sync_to_async(_check_cache)()
+    except Exception as e:
+        result["cache"] = f"error: {type(e).__name__}"
+    result.update(router.router_status())
+    ok = all(v == "ok" for v in result.values())
+    return JsonResponse({"status": "ok" if ok else "unavailable", **result}, status=200 if ok else 503)

@@ -19,6 +19,7 @@ Definitions (all over answers created in the window):
   first delta sent; p50 / p95 by the nearest-rank method on at most :data:`MAX_SAMPLES` newest
   answers per route.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,6 +30,9 @@ from typing import Any
 
 from django.db.models import Count, Sum
 from django.utils import timezone
+
+from chat.models import Conversation, ConversationStatus, Message, Role
+from routing.models import UpstreamCall
 
 #: Newest answers per route read for the percentiles (bounds the work of one summary).
 MAX_SAMPLES = 20_000
@@ -56,10 +60,11 @@ def _ms(value: float | None) -> float | None:
 
 def _agent_queue_now() -> tuple[int, int]:
     """Conversations waiting for an agent and held by one, now: ``(waiting, with_agent)``."""
-    from chat.models import Conversation, ConversationStatus
-
-    counts = dict(Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
-                  .values_list("status").annotate(n=Count("id")))
+    counts = dict(
+        Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
+        .values_list("status")
+        .annotate(n=Count("id"))
+    )
     return counts.get(ConversationStatus.WAITING_AGENT, 0), counts.get(ConversationStatus.AGENT, 0)
 
 
@@ -78,10 +83,6 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
     Shares and rates are fractions in [0, 1] (``None`` when their denominator is 0); USD floats
     rounded to 6 places; milliseconds to 0.1. Raises ``ValueError`` for a window out of range.
     """
-    from chat.models import Message, Role
-
-    from .models import UpstreamCall
-
     if not (0 < hours <= MAX_HOURS):
         raise ValueError(f"hours must be in (0, {MAX_HOURS}], got {hours}")
     end = now or timezone.now()
@@ -92,48 +93,71 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
     total = sum(r["n"] for r in by_route.values())
     routes: dict[str, Any] = {}
     for route, row in sorted(by_route.items()):
-        ttfts = list(answers.filter(route=route, ttft_ms__isnull=False).order_by("-id")
-                     .values_list("ttft_ms", flat=True)[:MAX_SAMPLES])
-        routes[route] = {"count": row["n"], "share": row["n"] / total if total else None,
-                         "ttft_ms": {"p50": _ms(percentile(ttfts, 50)), "p95": _ms(percentile(ttfts, 95))}}
+        ttfts = [
+            float(v)
+            for v in answers.filter(route=route, ttft_ms__isnull=False)
+            .order_by("-id")
+            .values_list("ttft_ms", flat=True)[:MAX_SAMPLES]
+            if v is not None
+        ]
+        routes[route] = {
+            "count": row["n"],
+            "share": row["n"] / total if total else None,
+            "ttft_ms": {"p50": _ms(percentile(ttfts, 50)), "p95": _ms(percentile(ttfts, 95))},
+        }
     saved = sum((r["saved"] or Decimal("0") for r in by_route.values()), Decimal("0"))
 
     calls = UpstreamCall.objects.filter(created_at__gt=start, created_at__lte=end)
     cost_by_purpose: dict[str, Decimal] = defaultdict(Decimal)
     cost_by_tier: dict[str, Decimal] = defaultdict(Decimal)
     by_outcome: dict[str, int] = defaultdict(int)
-    for row in calls.values("purpose", "tier", "outcome").annotate(n=Count("id"), usd=Sum("cost_usd")):
-        cost_by_purpose[row["purpose"]] += row["usd"] or Decimal("0")
-        cost_by_tier[row["tier"]] += row["usd"] or Decimal("0")
-        by_outcome[row["outcome"]] += row["n"]
+    for call in calls.values("purpose", "tier", "outcome").annotate(n=Count("id"), usd=Sum("cost_usd")):
+        cost_by_purpose[call["purpose"]] += call["usd"] or Decimal("0")
+        cost_by_tier[call["tier"]] += call["usd"] or Decimal("0")
+        by_outcome[call["outcome"]] += call["n"]
     cost = sum(cost_by_purpose.values(), Decimal("0"))
     n_calls = sum(by_outcome.values())
     upstream_ttft: dict[str, Any] = {}
     for tier in sorted(cost_by_tier):
-        values = list(calls.filter(tier=tier, ttft_ms__isnull=False).order_by("-id")
-                      .values_list("ttft_ms", flat=True)[:MAX_SAMPLES])
+        values = [
+            float(v)
+            for v in calls.filter(tier=tier, ttft_ms__isnull=False)
+            .order_by("-id")
+            .values_list("ttft_ms", flat=True)[:MAX_SAMPLES]
+            if v is not None
+        ]
         upstream_ttft[tier] = {"p50": _ms(percentile(values, 50)), "p95": _ms(percentile(values, 95))}
 
-    exact = by_route.get("cache.exact", {}).get("n", 0)
-    semantic = by_route.get("cache.semantic", {}).get("n", 0)
+    counts: dict[str, int] = {route: int(r["n"]) for route, r in by_route.items()}
+    exact = counts.get("cache.exact", 0)
+    semantic = counts.get("cache.semantic", 0)
     remote = sum(r["n"] for route, r in by_route.items() if route.startswith("llm."))
     waiting, with_agent = _agent_queue_now()
     return {
         "window": {"from": start.isoformat(), "to": end.isoformat(), "hours": hours},
         "answers": {"total": total, "by_route": routes},
-        "shopper_messages": Message.objects.filter(role=Role.SHOPPER, created_at__gt=start, created_at__lte=end).count(),
+        "shopper_messages": Message.objects.filter(
+            role=Role.SHOPPER, created_at__gt=start, created_at__lte=end
+        ).count(),
         "cost_usd": _usd(cost),
         "saved_usd": _usd(saved),
         "saved_share": float(saved / (cost + saved)) if cost + saved else None,
         "cost_by_purpose": {k: _usd(v) for k, v in sorted(cost_by_purpose.items())},
         "cost_by_tier": {k: _usd(v) for k, v in sorted(cost_by_tier.items())},
-        "cache": {"hits": exact + semantic, "exact": exact, "semantic": semantic, "remote_answers": remote,
-                  "hit_rate": (exact + semantic) / (exact + semantic + remote) if exact + semantic + remote else None},
-        "upstream": {"calls": n_calls, "by_outcome": dict(sorted(by_outcome.items())),
-                     "failure_rate": by_outcome.get("failed", 0) / n_calls if n_calls else None,
-                     "ttft_ms": upstream_ttft},
-        "handoffs": {"answers": by_route.get("handoff", {}).get("n", 0),
-                     "waiting_now": waiting, "with_agent_now": with_agent},
+        "cache": {
+            "hits": exact + semantic,
+            "exact": exact,
+            "semantic": semantic,
+            "remote_answers": remote,
+            "hit_rate": (exact + semantic) / (exact + semantic + remote) if exact + semantic + remote else None,
+        },
+        "upstream": {
+            "calls": n_calls,
+            "by_outcome": dict(sorted(by_outcome.items())),
+            "failure_rate": by_outcome.get("failed", 0) / n_calls if n_calls else None,
+            "ttft_ms": upstream_ttft,
+        },
+        "handoffs": {"answers": counts.get("handoff", 0), "waiting_now": waiting, "with_agent_now": with_agent},
     }
 
 
@@ -141,14 +165,18 @@ def totals() -> dict[str, Any]:
     """All-time running totals for ``/metrics`` (Prometheus counters): answers by route,
     upstream calls by tier / purpose / outcome with their USD, and USD saved by route; plus the
     conversations waiting for / held by an agent now (gauges)."""
-    from chat.models import Message, Role
-
-    from .models import UpstreamCall
-
-    answers = list(Message.objects.filter(role=Role.BOT).exclude(route="").values("route")
-                   .annotate(n=Count("id"), saved=Sum("saved_usd")).order_by("route"))
-    calls = list(UpstreamCall.objects.values("tier", "purpose", "outcome")
-                 .annotate(n=Count("id"), usd=Sum("cost_usd")).order_by("tier", "purpose", "outcome"))
+    answers = list(
+        Message.objects.filter(role=Role.BOT)
+        .exclude(route="")
+        .values("route")
+        .annotate(n=Count("id"), saved=Sum("saved_usd"))
+        .order_by("route")
+    )
+    calls = list(
+        UpstreamCall.objects.values("tier", "purpose", "outcome")
+        .annotate(n=Count("id"), usd=Sum("cost_usd"))
+        .order_by("tier", "purpose", "outcome")
+    )
     waiting, with_agent = _agent_queue_now()
     return {
         "answers": [(r["route"], r["n"], _usd(r["saved"])) for r in answers],

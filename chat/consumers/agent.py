@@ -1,0 +1,289 @@
+"""The agent console's WebSocket ``/ws/agent/`` (session authentication; docs/console.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from .. import errors, events, presence, selectors, services, streams, suggest
+from ..models import MessageState
+from ..protocol import ProtocolError, error_frame, parse_uuid, validate_message, validate_text
+from .base import CLOSE_FORBIDDEN, FrameSocket
+
+log = logging.getLogger(__name__)
+
+NOTE_MAX_CHARS = 4000
+
+
+class AgentConsumer(FrameSocket):
+    """``/ws/agent/``: the agent console's socket (session authentication; docs/console.md).
+
+    Every agent socket is in the ``agents`` group (the console list, handoff notifications). It
+    follows one conversation at a time (``open``): it then also joins that conversation's group
+    (every frame the shopper gets, the bot's stream included) and its staff group (internal notes,
+    the shopper's typing), which shopper sockets never join. Frames about a conversation carry
+    its id in ``conversation``. Like the shopper consumer it holds no business rules: it
+    validates, calls ``chat.services`` and publishes what they return.
+    """
+
+    user: Any = None
+    following: uuid.UUID | None = None
+    in_agents_group = False
+    counted = False
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        if not await database_sync_to_async(selectors.user_is_agent)(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.user = user
+        self.name = services.agent_display_name(user)
+        await self.channel_layer.group_add(events.AGENTS_GROUP, self.channel_name)
+        self.in_agents_group = True
+        presence.agent_connected()
+        self.counted = True
+        canned, queue = await database_sync_to_async(lambda: (selectors.canned_replies(), selectors.console_queue()))()
+        await self._send(
+            {
+                "type": "ready",
+                "agent": self.name,
+                "agent_id": user.pk,
+                "agents_online": presence.agents_online(),
+                "canned": canned,
+                "max_chars": settings.KEFU_MAX_MESSAGE_CHARS,
+            }
+        )
+        await self._send({"type": "queue", "conversations": queue})
+
+    async def _release(self) -> None:
+        if self.counted:
+            presence.agent_disconnected()
+            self.counted = False
+        try:
+            if self.in_agents_group:
+                self.in_agents_group = False
+                await self.channel_layer.group_discard(events.AGENTS_GROUP, self.channel_name)
+            await self._unfollow()
+        except Exception:  # the layer is gone (shutdown): nothing left to leave
+            log.debug("group_discard failed", exc_info=True)
+
+    async def _unfollow(self) -> None:
+        if self.following is not None:
+            cid, self.following = self.following, None
+            await self.channel_layer.group_discard(events.conversation_group(cid), self.channel_name)
+            await self.channel_layer.group_discard(events.staff_group(cid), self.channel_name)
+
+    # --- client frames -------------------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.user is None:
+            return  # refused at connect (4403); nothing is answered
+        try:
+            content = json.loads(text_data) if text_data is not None else None
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
+            content = None
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+            await self._send(error_frame("invalid", "a frame is a JSON object with a string 'type'"))
+            return
+        handler = self.HANDLERS.get(content["type"])
+        try:
+            if handler is None:
+                raise ProtocolError("invalid", f"unknown frame type {content['type']!r}")
+            cid = parse_uuid(content.get("conversation"))
+            if cid is None:
+                raise ProtocolError("invalid", "conversation must be a conversation id (UUID string)")
+            await handler(self, cid, content)
+        except ProtocolError as e:
+            await self._send(self._error(e.code, e.message, content))
+        except errors.NotFound:
+            await self._send(self._error("not_found", "no such conversation", content))
+        except errors.NotOwner as e:
+            err = self._error(
+                "not_owner",
+                f"{e.owner} is handling this conversation"
+                if e.owner
+                else f"take the conversation over first (it is {e.status})",
+                content,
+            )
+            if e.owner:
+                err["agent"] = e.owner
+            await self._send(err)
+
+    @staticmethod
+    def _error(code: str, message: str, content: dict[str, Any]) -> dict[str, Any]:
+        """An ``error`` frame about the client frame ``content``: it names the conversation and,
+        for a ``message``, echoes its ``client_id`` (so the console drops that pending message)."""
+        frame: dict[str, Any] = dict(error_frame(code, message))
+        conversation, client_id = content.get("conversation"), content.get("client_id")
+        if isinstance(conversation, str) and parse_uuid(conversation) is not None:
+            frame["conversation"] = conversation
+        if content.get("type") == "message" and isinstance(client_id, str) and 0 < len(client_id) <= 64:
+            frame["client_id"] = client_id
+        return frame
+
+    async def on_open(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """Follow ``cid``: join its groups first, then send its ``history`` (a frame published
+        in between reaches the console twice; it drops what it has, by id and stream ``pos``)."""
+        if self.following != cid:
+            await self._unfollow()
+            self.following = cid
+            await self.channel_layer.group_add(events.conversation_group(cid), self.channel_name)
+            await self.channel_layer.group_add(events.staff_group(cid), self.channel_name)
+        transcript = await database_sync_to_async(selectors.conversation_transcript)(conversation_id=cid)
+        if transcript is None:
+            await self._unfollow()
+            raise errors.NotFound(str(cid))
+        for item in transcript["messages"]:
+            if item["state"] == MessageState.STREAMING:
+                live = await streams.get(item["id"])
+                if live is not None:
+                    item["text"] = live.text
+        await self._send(
+            {
+                "type": "history",
+                "conversation": str(cid),
+                "info": transcript["conversation"],
+                "messages": transcript["messages"],
+                "notes": transcript["notes"],
+            }
+        )
+
+    async def on_take_over(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        change = await database_sync_to_async(services.conversation_take_over)(conversation_id=cid, agent=self.user)
+        if change.changed:
+            await events.publish_owner_change(
+                conversation_id=cid, status=change.status, agent=change.agent, epoch=change.epoch
+            )
+        elif change.agent_id == self.user.pk:
+            await self._send(
+                {
+                    "type": "conversation.update",
+                    "conversation": str(cid),
+                    "status": change.status,
+                    "agent": change.agent,
+                }
+            )
+        else:
+            err = self._error("taken", f"{change.agent} is already handling this conversation", content)
+            err["agent"] = change.agent
+            await self._send(err)
+
+    async def on_hand_back(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        change = await database_sync_to_async(services.conversation_hand_back)(conversation_id=cid, agent=self.user)
+        await events.publish_owner_change(conversation_id=cid, status=change.status, agent="", epoch=change.epoch)
+
+    async def on_close(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        change = await database_sync_to_async(services.conversation_close)(conversation_id=cid, agent=self.user)
+        if change.changed:
+            await events.publish_owner_change(conversation_id=cid, status=change.status, agent="", epoch=change.epoch)
+
+    async def on_message(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """An agent's message. With a ``client_id`` (the console always sends one) it is stored
+        once however often it is resent; a resend is acknowledged to this socket only."""
+        client_id = content.get("client_id")
+        if client_id is not None:
+            client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+        else:
+            text = validate_text(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+        sent = await database_sync_to_async(services.agent_message_send)(
+            conversation_id=cid, agent=self.user, text=text, client_id=client_id
+        )
+        if not sent.created:
+            await self._send({**events.message_frame(sent.message), "conversation": str(cid)})
+            return
+        await events.publish(cid, events.message_frame(sent.message))
+
+    async def on_typing(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        owner = await database_sync_to_async(selectors.conversation_owner)(conversation_id=cid)
+        if owner is None:
+            raise errors.NotFound(str(cid))
+        status, agent_id, agent_name = owner
+        if status != "agent" or agent_id != self.user.pk:
+            raise errors.NotOwner(owner=agent_name if status == "agent" else "", status=status)
+        await events.publish(cid, {"type": "typing", "role": "agent", "agent": self.name})
+
+    async def on_note(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        text = validate_text(content, max_chars=NOTE_MAX_CHARS)
+        note = await database_sync_to_async(services.note_add)(conversation_id=cid, author=self.user, text=text)
+        frame = {"type": "note", **selectors.note_item(note)}
+        await events.publish_staff(cid, frame)
+        if self.following != cid:  # the author always gets it back
+            await self._send({**frame, "conversation": str(cid)})
+
+    async def on_suggest(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        draft = await suggest.draft_reply(conversation_id=cid)
+        if draft is None:
+            raise errors.NotFound(str(cid))
+        await self._send(
+            {
+                "type": "suggestion",
+                "conversation": str(cid),
+                "text": draft.text,
+                "route": draft.route,
+                "for_seq": draft.for_seq,
+            }
+        )
+
+    async def on_cache_wrong(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """``cache.wrong``: the cached answer of bot message ``message`` was wrong. Any agent may
+        mark it (not only the holder); its cached entry is evicted and the mark recorded
+        (``services.cache_answer_mark_wrong``, in a thread). Reply to this socket only:
+        ``cache.wrong.done`` with ``evicted`` (``false``: the entry was already gone)."""
+        message_id = content.get("message")
+        if not isinstance(message_id, int) or isinstance(message_id, bool) or message_id <= 0:
+            raise ProtocolError("invalid", "message must be a message id (a positive integer)")
+        try:
+            result = await database_sync_to_async(services.cache_answer_mark_wrong)(
+                conversation_id=cid, message_id=message_id, agent=self.user
+            )
+        except errors.NotAgent:
+            raise ProtocolError("forbidden", "you are no longer an agent") from None
+        except errors.NotFound as e:
+            raise ProtocolError("not_found", str(e)) from None
+        except errors.NotCached:
+            raise ProtocolError("not_cached", "this message was not served from the answer cache") from None
+        await self._send(
+            {
+                "type": "cache.wrong.done",
+                "conversation": str(cid),
+                "message": result.message_id,
+                "evicted": result.evicted,
+            }
+        )
+
+    HANDLERS = {
+        "open": on_open,
+        "take_over": on_take_over,
+        "hand_back": on_hand_back,
+        "close": on_close,
+        "message": on_message,
+        "typing": on_typing,
+        "note": on_note,
+        "suggest": on_suggest,
+        "cache.wrong": on_cache_wrong,
+    }
+
+    # --- group events --------------------------------------------------------------------
+    async def chat_frame(self, event: dict[str, Any]) -> None:
+        """A frame of the followed conversation (as its shopper gets it), with its id."""
+        if event.get("conversation") != (str(self.following) if self.following else None):
+            return  # an event of a conversation this socket just stopped following
+        frame = {**event["frame"], "conversation": event["conversation"]}
+        if frame["type"] == "stream.delta":
+            frame["pos"] = int(event.get("pos", 0))
+        await self._send(frame)
+
+    async def staff_frame(self, event: dict[str, Any]) -> None:
+        """Agents only: internal notes, the shopper's typing."""
+        if event.get("conversation") != (str(self.following) if self.following else None):
+            return
+        await self._send({**event["frame"], "conversation": event["conversation"]})
+
+    async def agents_frame(self, event: dict[str, Any]) -> None:
+        """The console list: ``conversation.update`` and ``handoff``."""
+        await self._send(event["frame"])

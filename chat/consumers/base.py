@@ -1,0 +1,102 @@
+"""What both WebSockets share: JSON frames, a channel-layer receive that survives the layer's
+transient errors, and frames for a socket that is gone dropped. The consumers hold no business
+rules: they validate frames, call ``chat.services`` to store and ``chat.answering`` to answer, and
+relay the conversation group's frames."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from autobahn.exception import Disconnected
+from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
+
+log = logging.getLogger(__name__)
+
+#: Close codes: refused (bad token, not an agent) and too many sockets from one address.
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_MANY = 4429
+
+
+class FrameSocket(AsyncWebsocketConsumer):
+    """What both sockets share: JSON frames, and frames for a socket that is gone are dropped
+    (``closed``); ``_release`` (each subclass's own) leaves groups and frees counted slots."""
+
+    closed = False  # the socket is gone: frames for it are dropped
+
+    async def _release(self) -> None:
+        raise NotImplementedError
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Channels' ``AsyncConsumer.__call__``, with two differences:
+
+        * the channel-layer receive survives the layer's transient errors (``_channel_receive``):
+          in channels' own loop a Redis read timeout in that receive ends the consumer, and Daphne
+          closes the shopper's socket with 1011 mid-conversation (seen in the two-worker test);
+        * whatever ends the consumer (a clean close, a crash, a cancelled task), ``_release``
+          runs: counted slots are given back and groups are left.
+        """
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.channel_receive = self._channel_receive
+        self.base_send = send
+        try:
+            await await_many_dispatch([receive, self.channel_receive], self.dispatch)
+        except StopConsumer:
+            pass
+        finally:
+            await self._release()
+
+    #: Waits between attempts after a failed channel-layer receive, seconds (then the last repeats).
+    LAYER_RETRY_S = (0.05, 0.25, 1.0, 2.0)
+
+    async def _channel_receive(self) -> dict[str, Any]:
+        """The next event of this socket's channel. A failure of the layer (Redis timeout, lost
+        connection) is logged and retried with backoff instead of closing the socket: events
+        published meanwhile may be missed, but everything is stored, and the shopper's widget
+        catches up from the stored messages (``hello`` with ``after``) on its next reconnect."""
+        attempt = 0
+        while True:
+            try:
+                return await self.channel_layer.receive(self.channel_name)
+            except Exception as e:  # CancelledError is not an Exception: a close still ends it
+                wait = self.LAYER_RETRY_S[min(attempt, len(self.LAYER_RETRY_S) - 1)]
+                log.warning("channel layer receive failed (%s: %s); retrying in %.2f s", type(e).__name__, e, wait)
+                attempt += 1
+                await asyncio.sleep(wait)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' ``dispatch`` without its ``aclose_old_connections()`` before every handler.
+
+        That call is a hop to the single sync thread (the one every ``database_sync_to_async``
+        call runs in) for each frame received and each group event, every ``stream.delta``
+        included: a profile of the routing-overhead check showed it costing ~4.6 ms of CPU per
+        answered message, and each hop waits behind whatever database work that thread is
+        doing. It is not needed here: these consumers never touch the ORM on the event loop;
+        their database work goes through ``database_sync_to_async``, which closes old and
+        unusable connections around each call itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def disconnect(self, code: int) -> None:
+        self.closed = True
+        await self._release()
+
+    async def _send(self, frame: Any) -> None:
+        if self.closed:
+            return
+        try:
+            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        except Disconnected:
+            # The client went away while a frame was on its way (e.g. mid-stream): what it was
+            # sent is stored anyway; this socket just stops receiving.
+            self.closed = True

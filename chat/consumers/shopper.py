@@ -1,0 +1,229 @@
+"""The shopper WebSocket ``/ws/chat/`` (protocol 1; docs/protocol.md).
+
+The consumer validates frames, calls ``chat.services`` to store and ``chat.answering`` to get an
+answer going, and relays the conversation group's frames, dropping what this socket already has
+(a socket that joins mid-stream gets the text so far once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from .. import answering, errors, events, limits, selectors, services, streams
+from ..models import MessageState
+from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_message
+from .base import CLOSE_FORBIDDEN, CLOSE_TOO_MANY, FrameSocket
+
+log = logging.getLogger(__name__)
+
+
+class ShopperConsumer(FrameSocket):
+    conversation_id: uuid.UUID | None = None
+    counted = False  # holds a slot in the per-address socket count
+
+    async def connect(self) -> None:
+        client = self.scope.get("client") or ("unknown", 0)
+        self.address = str(client[0])
+        self.sent_ids: set[int] = set()  # message ids this socket has as finished messages
+        self.stream_sent: dict[int, int] = {}  # streaming message id -> code points sent
+        # Highest owner epoch seen on a status event: a bot delta of an older epoch that is still
+        # in flight (from another process) after a take-over is dropped (chat.fencing).
+        self.owner_epoch = 0
+        await self.accept()
+        if not limits.socket_open(self.address):
+            await self._send(error_frame("rate_limited", "too many open connections from this address"))
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        self.counted = True
+
+    async def _release(self) -> None:
+        if self.counted:
+            limits.socket_close(self.address)
+            self.counted = False
+        if self.conversation_id is not None and getattr(self, "channel_name", None):
+            try:
+                await self.channel_layer.group_discard(
+                    events.conversation_group(self.conversation_id), self.channel_name
+                )
+            except Exception:  # the layer is gone (shutdown): nothing left to leave
+                log.debug("group_discard failed", exc_info=True)
+
+    # --- client frames -------------------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is None:
+            await self._send(error_frame("invalid", "frames must be JSON text"))
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            await self._send(error_frame("invalid", "frame is not valid JSON"))
+            return
+        except RecursionError:  # e.g. 100,000 nested arrays: the decoder's recursion limit
+            await self._send(error_frame("invalid", "frame is nested too deeply"))
+            return
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+            await self._send(error_frame("invalid", "a frame is a JSON object with a string 'type'"))
+            return
+        kind = content["type"]
+        try:
+            if kind == "hello":
+                await self.on_hello(content)
+            elif self.conversation_id is None:
+                raise ProtocolError("invalid", "send 'hello' first")
+            elif kind == "message":
+                await self.on_message(content)
+            elif kind == "typing":
+                # Relayed to the agents following the conversation; nothing stored.
+                await events.publish_staff(self.conversation_id, {"type": "typing", "role": "shopper"})
+            elif kind == "feedback":
+                await self.on_feedback(content)
+            else:
+                raise ProtocolError("invalid", f"unknown frame type {kind!r}")
+        except ProtocolError as e:
+            await self._send(error_frame(e.code, e.message, e.client_id))
+
+    async def on_hello(self, content: dict[str, Any]) -> None:
+        if self.conversation_id is not None:
+            raise ProtocolError("invalid", "hello was already sent on this connection")
+        after = content.get("after", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise ProtocolError("invalid", "after must be a non-negative integer")
+        locale = content.get("locale", "en")
+        if locale not in ("en", "zh"):
+            locale = "en"
+        if content.get("conversation") is not None:
+            conv_id = parse_uuid(content.get("conversation"))
+            if conv_id is None:
+                await self.close(code=CLOSE_FORBIDDEN)
+                return
+            try:
+                conv = await database_sync_to_async(services.conversation_authenticate)(
+                    conversation_id=conv_id, token=content.get("token")
+                )
+            except errors.AccessDenied:
+                await self.close(code=CLOSE_FORBIDDEN)
+                return
+            token = content["token"]
+            resumed = True
+        else:
+            conv, token = await database_sync_to_async(services.conversation_start)(locale=locale)
+            resumed = False
+        self.conversation_id = conv.id
+        self.locale = conv.locale
+        # Join before reading the replay: a frame published in between is then both replayed and
+        # queued, and chat_frame drops the copy; the other order could lose it.
+        await self.channel_layer.group_add(events.conversation_group(conv.id), self.channel_name)
+        await self._send(
+            {
+                "type": "conversation",
+                "id": str(conv.id),
+                "token": token,
+                "status": conv.status,
+                "protocol": PROTOCOL_VERSION,
+            }
+        )
+        if resumed:
+            await self._replay(after)
+            answering.kick(conv.id)  # answers anything stored but not answered (e.g. after a restart)
+
+    async def _replay(self, after: int) -> None:
+        assert self.conversation_id is not None
+        for msg in await database_sync_to_async(selectors.messages_after)(
+            conversation_id=self.conversation_id, after=after
+        ):
+            if msg.state == MessageState.STREAMING:
+                live = await streams.get(msg.pk)
+                if live is not None:
+                    self.stream_sent[msg.pk] = len(live.text)
+                    await self._send(
+                        {"type": "stream.start", "id": msg.pk, "seq": msg.seq, "role": "bot", "route": live.route}
+                    )
+                    if live.text:
+                        await self._send({"type": "stream.delta", "id": msg.pk, "text": live.text})
+                    continue
+                # Its stream buffer is gone: it ended meanwhile, and its stream.end (queued for us)
+                # will be sent with a stream.start before it (see chat_frame).
+                continue
+            self.sent_ids.add(msg.pk)
+            await self._send(events.message_frame(msg))
+
+    async def on_message(self, content: dict[str, Any]) -> None:
+        assert self.conversation_id is not None
+        client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+        if not await limits.message_allowed(self.address):
+            raise ProtocolError("rate_limited", "too many messages; wait a moment and send again", client_id)
+        answering.prepare(text=text, locale=self.locale)
+        received = await database_sync_to_async(services.message_receive)(
+            conversation_id=self.conversation_id,
+            client_id=client_id,
+            text=text,
+            claim=answering.is_idle(self.conversation_id),
+        )
+        if not received.created:
+            # A resend: the original acknowledgement again, to this socket only; nothing stored twice.
+            await self._send(events.message_frame(received.message))
+            return
+        await events.publish(self.conversation_id, events.message_frame(received.message))
+        if received.reopened:
+            await events.publish(self.conversation_id, {"type": "status", "status": "bot"})
+        if received.claimed is not None:
+            answering.enqueue_claimed(received.message, received.claimed)
+        else:
+            answering.kick(self.conversation_id)
+
+    async def on_feedback(self, content: dict[str, Any]) -> None:
+        assert self.conversation_id is not None
+        try:
+            await database_sync_to_async(services.feedback_record)(
+                conversation_id=self.conversation_id, message_id=content.get("message_id"), rating=content.get("rating")
+            )
+        except errors.InvalidFeedback as e:
+            raise ProtocolError(e.code, e.message) from None
+
+    # --- group events --------------------------------------------------------------------
+    async def chat_frame(self, event: dict[str, Any]) -> None:
+        frame = event["frame"]
+        kind = frame["type"]
+        if kind == "message":
+            if frame["id"] in self.sent_ids:
+                return
+            self.sent_ids.add(frame["id"])
+        elif kind == "stream.start":
+            if frame["id"] in self.stream_sent or frame["id"] in self.sent_ids:
+                return
+            self.stream_sent[frame["id"]] = 0
+        elif kind == "status":
+            self.owner_epoch = max(self.owner_epoch, int(event.get("epoch", 0)))
+        elif kind == "stream.delta":
+            have = self.stream_sent.get(frame["id"])
+            if have is None or int(event.get("epoch", self.owner_epoch)) < self.owner_epoch:
+                return
+            pos, text = int(event.get("pos", have)), frame["text"]
+            if pos + len(text) <= have:
+                return
+            if pos < have:
+                frame = {**frame, "text": text[have - pos :]}
+            self.stream_sent[frame["id"]] = pos + len(text)
+        elif kind == "stream.end":
+            if frame["id"] in self.sent_ids:
+                return
+            if frame["id"] not in self.stream_sent:
+                # We never saw its start (joined after the buffer was dropped): send it whole.
+                await self._send(
+                    {
+                        "type": "stream.start",
+                        "id": frame["id"],
+                        "seq": frame["seq"],
+                        "role": "bot",
+                        "route": frame["route"],
+                    }
+                )
+            self.stream_sent.pop(frame["id"], None)
+            self.sent_ids.add(frame["id"])
+        await self._send(frame)

@@ -1,0 +1,66 @@
+"""Chat's own errors. Each has a stable ``code`` (the WebSocket ``error`` frame's code where a
+socket shows it) and says whether retrying could help (``permanent``), the shape of
+``routing.providers.base.ProviderError``."""
+
+from __future__ import annotations
+
+
+class ChatError(Exception):
+    """Base of chat's errors: ``code`` for the client, ``message`` for a person."""
+
+    code = "invalid"
+    permanent = True
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class AccessDenied(ChatError):
+    """The conversation does not exist or the token is not its token (close code 4403)."""
+
+    code = "forbidden"
+
+
+class NotFound(ChatError):
+    """No such conversation (or no such message in it)."""
+
+    code = "not_found"
+
+
+class InvalidFeedback(ChatError):
+    """A rating that is not ``up``/``down``, or a message that is not a bot message of this
+    conversation."""
+
+    code = "invalid"
+
+
+class AgentHolds(ChatError):
+    """An agent holds the conversation: the bot must not answer (nothing was written)."""
+
+    code = "agent_holds"
+
+
+class NotOwner(ChatError):
+    """The conversation is not held by this agent. ``owner`` is the display name of the agent
+    who holds it ("" when nobody does); ``status`` is the conversation's status."""
+
+    code = "not_owner"
+
+    def __init__(self, *, owner: str, status: str) -> None:
+        super().__init__(f"held by {owner!r}" if owner else f"status is {status}")
+        self.owner = owner
+        self.status = status
+
+
+class NotCached(ChatError):
+    """The message is not a bot answer served from the answer cache (route ``cache.*`` with the
+    entry it was served from recorded)."""
+
+    code = "not_cached"
+
+
+class NotAgent(ChatError):
+    """The user is no longer an agent (deactivated, or the permission was taken away)."""
+
+    code = "forbidden"

@@ -1,0 +1,96 @@
+"""The rolling summary's database half: turns of a conversation that left the prompt window are
+folded into ``Conversation.summary`` after a bot answer, by the Celery task
+``chat.tasks.summarise_conversation`` (which takes the conversation's id only; enqueued by
+``chat.tasks.maybe_summarise``).
+
+The router decides which turns left the window and writes the summary (``routing.services``:
+``summary_turns_due``, ``summary_compose``); this module reads the turns and
+stores the result with a compare-and-set on ``Conversation.summary_upto_seq`` (the seq up to
+which the summary reaches), so two summaries of one conversation never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from routing import services as router
+
+from .models import Conversation, Message, MessageState, Role
+
+Turn = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class SummaryWork:
+    """Turns of a conversation that left the prompt window and are not summarised yet.
+
+    ``previous``: the summary so far; ``upto_seq``: the seq it reaches (0: none);
+    ``turns``: the turns to fold in, ``(role, text)`` oldest first; ``new_upto_seq``: the seq of
+    their last message; ``locale``: the conversation's."""
+
+    previous: str
+    upto_seq: int
+    turns: list[Turn]
+    new_upto_seq: int
+    locale: str
+
+
+def summary_work(*, conversation_id: uuid.UUID) -> SummaryWork | None:
+    """The turns of the conversation that left the prompt window (``routing.services.
+    summary_turns_due``) and are not in ``Conversation.summary`` yet; None when fewer than
+    ``KEFU_SUMMARY_MIN_TURNS`` (or the setting is 0). Finished, non-system messages only.
+    Synchronous (ORM, tokenizer): not on the event loop."""
+    if router.summary_min_turns() <= 0:
+        return None
+    conv = Conversation.objects.filter(pk=conversation_id).values("summary", "summary_upto_seq", "locale").first()
+    if conv is None:
+        return None
+    rows = list(
+        Message.objects.filter(
+            conversation_id=conversation_id, seq__gt=conv["summary_upto_seq"], state=MessageState.DONE
+        )
+        .exclude(role=Role.SYSTEM)
+        .exclude(text="")
+        .order_by("seq")
+        .values_list("seq", "role", "text")
+    )
+    turns: list[list[tuple[int, str, str]]] = []
+    for seq, role, body in rows:
+        if role == Role.SHOPPER or not turns:
+            turns.append([])
+        turns[-1].append((seq, role, body))
+    plain = [[(r, b) for _, r, b in t] for t in turns]
+    older = turns[: router.summary_turns_due(turns=plain, summary=conv["summary"], locale=conv["locale"])]
+    if not older or len(older) < router.summary_min_turns():
+        return None
+    return SummaryWork(
+        previous=conv["summary"],
+        upto_seq=conv["summary_upto_seq"],
+        turns=plain[: len(older)],
+        new_upto_seq=older[-1][-1][0],
+        locale=conv["locale"],
+    )
+
+
+def conversation_summarise(*, conversation_id: uuid.UUID) -> str | None:
+    """Fold the turns that left the prompt window into ``Conversation.summary`` (with the
+    previous summary) and move ``summary_upto_seq`` to their last message. Returns the new
+    summary, or None when nothing was due, no tier is configured, the call failed or was cut, or
+    another summary of the same conversation was stored meanwhile (compare-and-set on
+    ``summary_upto_seq``). Never raises for upstream failures. Blocking."""
+    if not router.summaries_on():
+        return None  # no model: older turns are simply kept out of the prompt
+    work = summary_work(conversation_id=conversation_id)
+    if work is None:
+        return None
+    text = router.summary_compose(
+        previous=work.previous, turns=work.turns, locale=work.locale, conversation_id=conversation_id
+    )
+    if not text:
+        return None
+    # update(): no auto_now bump (the console orders by activity; a summary is none).
+    stored = Conversation.objects.filter(pk=conversation_id, summary_upto_seq=work.upto_seq).update(
+        summary=text, summary_upto_seq=work.new_upto_seq
+    )
+    return text if stored else None

@@ -1,0 +1,70 @@
+"""Celery tasks of chat (found by ``app.autodiscover_tasks()`` in config/celery.py), and how they
+are enqueued. Each task takes ids only and calls a function of chat; each is enqueued when the
+surrounding transaction commits.
+
+Embedded defaults run Celery eagerly: a task then runs inside the caller's thread, which is why
+the answering loop enqueues through :func:`maybe_summarise_async` (a worker thread it never waits
+for)."""
+
+from __future__ import annotations
+
+import uuid
+
+from celery import shared_task
+from django.db import transaction
+
+from lib.background import Background
+from routing import services as router
+
+from .summary import conversation_summarise, summary_work
+
+
+@shared_task(name="chat.tasks.summarise_conversation", ignore_result=True)
+def summarise_conversation(conversation_id: str) -> str | None:
+    """Fold the turns that left the prompt window into the conversation's rolling summary
+    (``chat.summary.conversation_summarise``: the ``simple`` tier, a ledger row per attempt).
+
+    ``conversation_id``: the ``chat.Conversation`` UUID as a string (JSON payload). Returns the
+    new summary, or None when nothing was due, no model is configured or the call failed.
+    Enqueued by :func:`maybe_summarise` when a bot answer was stored."""
+    return conversation_summarise(conversation_id=uuid.UUID(str(conversation_id)))
+
+
+def maybe_summarise(*, conversation_id: uuid.UUID) -> bool:
+    """Enqueue ``chat.tasks.summarise_conversation`` when the current transaction commits if the
+    conversation has turns due for the summary (:func:`summary_work`). Returns whether it was
+    enqueued. Synchronous; with eager Celery the summary itself runs here (use
+    :func:`maybe_summarise_async` from the event loop)."""
+    if not router.summaries_on() or summary_work(conversation_id=conversation_id) is None:
+        return False
+    transaction.on_commit(lambda: summarise_conversation.delay(str(conversation_id)), robust=True)
+    return True
+
+
+_background = Background("summarising a conversation")
+# Conversations whose summary check (and, eager, summary) runs in this process now: one at a time,
+# the next answer checks again (another summary meanwhile would repeat the same upstream call).
+_summarising: set[uuid.UUID] = set()
+
+
+async def maybe_summarise_async(*, conversation_id: uuid.UUID) -> None:
+    """:func:`maybe_summarise` for the answering loop: returns at once; the check, the enqueue
+    and (eager Celery) the summary run in a worker thread that nothing waits for, so the next
+    message never waits for a summary. No-op when summaries are off. :func:`drain` waits for
+    those threads (tests, shutdown)."""
+    if not router.summaries_on() or conversation_id in _summarising:
+        return
+    _summarising.add(conversation_id)
+
+    def run() -> None:
+        try:
+            maybe_summarise(conversation_id=conversation_id)
+        finally:
+            _summarising.discard(conversation_id)
+
+    _background.start(run)
+
+
+async def drain() -> None:
+    """Wait until every summary handed off by :func:`maybe_summarise_async` on this loop has ended."""
+    await _background.drain()

@@ -1,0 +1,151 @@
+"""The plain values that cross the router's door (``routing.services``) and its own parts.
+
+Chat builds a :class:`Question` from its stored message and hands the router a
+:class:`HistoryLoader`; the router answers with an ``Answer`` (``routing.services``) whose
+:meth:`finish` returns an :class:`AnswerRecord`, which Chat stores. Nothing here knows a Django
+model: these are dataclasses of plain values (dependency injection through arguments, as
+GPTCache's ``Cache.init`` takes its parts).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .providers.base import ChatRequest, Provider
+
+#: The routes of protocol 1 (docs/protocol.md): who answered a message.
+ROUTES = (
+    "cache.exact",
+    "cache.semantic",
+    "faq",
+    "llm.simple",
+    "llm.medium",
+    "llm.complex",
+    "decline",
+    "handoff",
+)
+
+# Routing looks at the first ROUTING_MAX_CHARS code points only: the embedding model reads at
+# most 512 tokens anyway, and embedding a 2,000-character message takes ~0.5 s of both cores,
+# which a user test showed delaying every other conversation's answers.
+ROUTING_MAX_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Question:
+    """One stored shopper message to answer.
+
+    ``conversation_id``: the conversation (UUID); ``message_id``: the stored message's id (its
+    ledger rows name it); ``seq``: its place in the conversation (1 = the first message, which has
+    no history to load); ``text``: what the shopper wrote (at most ``KEFU_MAX_MESSAGE_CHARS``
+    code points); ``locale``: the conversation's locale (``"en"``/``"zh"``), the fallback when the
+    text itself shows no language."""
+
+    conversation_id: uuid.UUID | None
+    message_id: int | None
+    seq: int
+    text: str
+    locale: str = "en"
+
+
+@dataclass(frozen=True)
+class History:
+    """What came before a question, as the router's prompt needs it.
+
+    ``turns``: ``(role, text)`` pairs oldest first, role ``shopper``/``bot``/``agent`` (system
+    notices left out), the last ``turns`` turns before the question; ``summary``: the rolling
+    summary of older turns (``""`` for none)."""
+
+    turns: list[tuple[str, str]] = field(default_factory=list)
+    summary: str = ""
+
+
+class HistoryLoader(Protocol):
+    """Loads a question's history; Chat supplies it, the router calls it only on the remote path
+    (so a cache or FAQ answer costs no history query).
+
+    ``before_seq``: the question's seq; ``turns``: at most this many turns (a turn is a shopper
+    message and the answers after it). Raises whatever the database raises."""
+
+    async def __call__(self, *, before_seq: int, turns: int) -> History: ...
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who a remote call is for, stored on its ledger rows; every field optional.
+
+    ``conversation_id``: the chat conversation (UUID); ``message_id``: the shopper message being
+    answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls;
+    ``purpose``: what the call was for (``routing.models.Purpose``: ``answer``, ``rewrite``,
+    ``summary``, ``suggestion``, ``audit``, ``gateway``).
+    """
+
+    conversation_id: uuid.UUID | None = None
+    message_id: int | None = None
+    api_key_id: int | None = None
+    purpose: str = "answer"
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    """How a bot answer ended, as Chat stores it: text as streamed, route, model, usage (tokens),
+    cost and saving in USD, ``ttft_ms``/``latency_ms`` from the shopper's message being stored,
+    ``cut`` when it stopped before its end, ``faq_entry_id`` the FAQ entry a ``faq`` answer came
+    from, ``cache_entry_id`` the cached answer a ``cache.*`` answer was served from, ``reason``
+    why the router chose the route (its own words)."""
+
+    text: str
+    route: str
+    model: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    saved_usd: Decimal = Decimal(0)
+    ttft_ms: float | None = None
+    latency_ms: float | None = None
+    estimated: bool = False
+    cut: bool = False
+    faq_entry_id: int | None = None
+    cache_entry_id: int | None = None
+    reason: str = ""
+
+
+@dataclass
+class Decision:
+    """The router's choice for one question (inside the router; the door shows it as an
+    ``Answer``). ``text`` for fixed answers (faq, decline, handoff, cache.*); ``provider`` +
+    ``request`` + ``tier`` for a remote model."""
+
+    route: str
+    locale: str
+    text: str | None = None
+    tier: str | None = None
+    provider: Provider | None = None
+    request: ChatRequest | None = None
+    faq_entry_id: int | None = None
+    reason: str = ""
+    queue_for_agent: bool = False  # after the answer, put the conversation in the agents' queue
+    cache_scope: str = ""  # where a remote answer may be stored (answer cache)
+    cache_vector: np.ndarray | None = None
+    # The question the answer cache keys on: the message itself, or for a follow-up ("and the
+    # blue one?") its standalone rewrite (routing.rewrite); "" = the message's text.
+    cache_question: str = ""
+    cache_entry_id: int | None = None  # the cached answer served (cache.* routes)
+    grounded_on: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A drafted reply for an agent: ``text`` ("" when nothing could be drafted), the ``route``
+    that drafted it (``faq``, ``cache.exact``, ``cache.semantic``, ``llm.simple``...; None with no
+    draft) and ``for_seq``, the shopper message it answers."""
+
+    text: str
+    route: str | None
+    for_seq: int | None

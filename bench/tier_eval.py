@@ -22,7 +22,7 @@ Run from the repository root::
 3. **Cost**, in USD per 1,000 messages, at the tier prices of ``settings.KEFU_TIERS`` (defaults:
    list prices, USD per million tokens, input / output: simple 0.28 / 0.42, medium 0.30 / 2.50,
    complex 2.00 / 8.00; no cached input). Prompt tokens are *counted* (``count_tokens``, o200k)
-   on the prompt kefu would send (``routing.context.build_messages``: system prompt + the 3
+   on the prompt kefu would send (``routing.prompt.build_messages``: system prompt + the 3
    closest FAQ entries + the message, no history); completion tokens are an assumption,
    ``--completion-tokens`` (default 150: the system prompt asks for at most 5 sentences).
    Compared: kefu (FAQ, declines and handoffs free; remote-bound messages at their tier), the
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from lib.text import detect_locale
     from lib.tokens import count_tokens
-    from routing import context
+    from routing import prompt
     from routing.faq_model import FaqModel, FaqTrainingEntry
     from routing.replies import small_talk_reply, wants_human
     from routing.scope import ScopeClassifier
@@ -272,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             locale = detect_locale(q)
             grounding = [(by_id[e]["question"], by_id[e]["answer"]) for e in faq.top_entries(q, k=3, locale=locale)]
             n_prompt = count_tokens(
-                context.build_messages(grounding=grounding, history=[], text=q, locale=locale), model_name
+                prompt.build_messages(grounding=grounding, history=[], text=q, locale=locale), model_name
             )
             prompts.append(n_prompt)
             every_complex += tier_cost_usd("complex", n_prompt, comp)

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Max
+from django.db.models import F
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from . import vector_index
 from .config import cache_config
 from .embeddings import get_embedder
 from .exact_store import ExactEntry, get_exact_store
@@ -91,137 +90,6 @@ def scope_key(*, store: str, locale: str, tier: str, faq_version: str, prompt_ve
 
 def _key_hash(key_text: str) -> str:
     return hashlib.sha256(key_text.encode()).hexdigest()
-
-
-# --- In-process semantic index ---------------------------------------------------------------------
-
-
-class _ScopeIndex:
-    """One scope's vectors: ``vecs`` ``(n, dim)`` float32 unit rows, ``ids`` ``(n,)`` entry ids,
-    ``questions`` (n); ``keys``: exact key hash -> entry id of every row loaded (also rows whose
-    vector was dropped for a wrong dimension); ``stamp``: (count, max id) of the scope as far as
-    this index knows; ``checked_at``: ``time.monotonic()`` of the last stamp check.
-
-    Appends grow preallocated buffers in place (capacity doubles), so storing an answer costs
-    O(dim), not a copy of the scope. Readers in other threads hold the views ``vecs``/``ids`` of
-    the first ``n`` rows, which appends never touch (they write past ``n`` and publish a new
-    ``n`` only after the row is complete)."""
-
-    def __init__(self, *, stamp: tuple[int, int], checked_at: float) -> None:
-        self.stamp = stamp
-        self.checked_at = checked_at
-        self.dim = 0  # set by the first row added
-        self._vecs = np.zeros((0, 0), dtype=np.float32)
-        self._ids = np.zeros(0, dtype=np.int64)
-        self.questions: list[str] = []
-        self.keys: dict[str, int] = {}
-        self.n = 0
-        self._lock = threading.Lock()
-
-    @property
-    def vecs(self) -> np.ndarray:
-        return self._vecs[: self.n]
-
-    @property
-    def ids(self) -> np.ndarray:
-        return self._ids[: self.n]
-
-    def add_rows(self, rows: Sequence[tuple[int, str, bytes, str]]) -> bool:
-        """Append rows ``(id, question, embedding bytes, key_hash)`` ordered by id. Rows whose
-        vector has another dimension than the index's (a model swap leaves some) are kept out of
-        the vectors but their keys are kept. ``False`` (nothing changed) when a row's id is not
-        above every id already held: the caller reloads the scope."""
-        with self._lock:
-            if rows and self.n and rows[0][0] <= int(self._ids[self.n - 1]):
-                return False
-            for entry_id, question, blob, key_hash in rows:
-                vec = np.frombuffer(bytes(blob), dtype=np.float32)
-                self.keys[key_hash] = int(entry_id)
-                if self.dim == 0:
-                    self.dim = vec.shape[0]
-                    self._vecs = np.zeros((max(16, len(rows)), self.dim), dtype=np.float32)
-                    self._ids = np.zeros(self._vecs.shape[0], dtype=np.int64)
-                if vec.shape[0] != self.dim:
-                    continue
-                if self.n == self._vecs.shape[0]:
-                    grown = max(16, 2 * self.n)
-                    vecs = np.zeros((grown, self.dim), dtype=np.float32)
-                    vecs[: self.n] = self._vecs[: self.n]
-                    ids = np.zeros(grown, dtype=np.int64)
-                    ids[: self.n] = self._ids[: self.n]
-                    self._vecs, self._ids = vecs, ids
-                self._vecs[self.n] = vec
-                self._ids[self.n] = entry_id
-                self.questions.append(question)
-                self.n += 1  # published last: readers never see a half-written row
-            return True
-
-
-_indexes: dict[str, _ScopeIndex] = {}
-_indexes_lock = threading.Lock()
-
-
-def _scope_stamp(scope: str) -> tuple[int, int]:
-    agg = CachedAnswer.objects.filter(scope=scope).aggregate(n=Count("id"), m=Max("id"))
-    return int(agg["n"] or 0), int(agg["m"] or 0)
-
-
-_INDEX_COLUMNS = ("id", "question", "embedding", "key_hash")
-
-
-def _scope_index(scope: str) -> _ScopeIndex:
-    """The scope's index, brought up to date with the database when it was last checked more than
-    ``KEFU_CACHE_INDEX_REFRESH_MS`` ago (a deletion by this process dropped it: it is loaded): entries
-    added since it was loaded are appended (one query for the new rows only, so a store does not
-    cost the next lookup a reload of the whole scope); after a deletion the scope is reloaded."""
-    now = time.monotonic()
-    idx = _indexes.get(scope)
-    if idx is not None and now - idx.checked_at < cache_config().index_refresh_s:
-        return idx
-    stamp = _scope_stamp(scope)
-    if idx is not None and idx.stamp == stamp:
-        idx.checked_at = now
-        return idx
-    if idx is not None and stamp[1] > idx.stamp[1]:
-        new_rows = list(
-            CachedAnswer.objects.filter(scope=scope, id__gt=idx.stamp[1], embedding__isnull=False)
-            .order_by("id")
-            .values_list(*_INDEX_COLUMNS)
-        )
-        if idx.stamp[0] + len(new_rows) == stamp[0] and idx.add_rows(new_rows):  # only additions since
-            idx.stamp, idx.checked_at = stamp, now
-            return idx
-    rows = list(
-        CachedAnswer.objects.filter(scope=scope, embedding__isnull=False).order_by("id").values_list(*_INDEX_COLUMNS)
-    )
-    idx = _ScopeIndex(stamp=stamp, checked_at=now)
-    idx.add_rows(rows)
-    with _indexes_lock:
-        _indexes[scope] = idx
-    return idx
-
-
-def _remember(scope: str, entry_id: int, question: str, vec: np.ndarray, key_hash: str) -> None:
-    """This process stored an entry (committed): add it to the scope's index now, without a query.
-    The stamp grows by one row; if another worker added rows meanwhile, the next stamp check sees
-    the count differ and reloads."""
-    idx = _indexes.get(scope)
-    if idx is None:
-        return
-    if idx.add_rows([(entry_id, question, vec.astype(np.float32).tobytes(), key_hash)]):
-        idx.stamp = (idx.stamp[0] + 1, max(idx.stamp[1], entry_id))
-    else:
-        _forget([scope])
-
-
-def _forget(scopes: Sequence[str] | None = None) -> None:
-    """Drop in-process indexes (all, or the given scopes); they reload at the next lookup."""
-    with _indexes_lock:
-        if scopes is None:
-            _indexes.clear()
-        else:
-            for s in scopes:
-                _indexes.pop(s, None)
 
 
 def _embed(text: str) -> np.ndarray:
@@ -301,7 +169,7 @@ def _exact_store_hit(*, scope: str, key_hash: str, now: datetime) -> CacheHit | 
     return None
 
 
-def _exact_row_hit(*, scope: str, key_hash: str, now: datetime, idx: _ScopeIndex) -> CacheHit | None:
+def _exact_row_hit(*, scope: str, key_hash: str, now: datetime, idx: vector_index.ScopeIndex) -> CacheHit | None:
     """Exact hit from the database when the scope's index knows the key (the store missed it:
     evicted, another worker's local store, a restart); refills the store."""
     if key_hash not in idx.keys:
@@ -355,7 +223,7 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     exact = _exact_store_hit(scope=scope, key_hash=key_hash, now=now)
     if exact is not None:
         return exact
-    idx = _scope_index(scope)
+    idx = vector_index.scope_index(scope)
     exact = _exact_row_hit(scope=scope, key_hash=key_hash, now=now, idx=idx)
     if exact is not None:
         return exact
@@ -496,7 +364,7 @@ def store(
     transaction.on_commit(
         lambda: _exact_set(scope, kh, payload, expires_at=entry.expires_at, now=timezone.now()), robust=True
     )
-    transaction.on_commit(lambda: _remember(scope, entry.id, question, vec, kh), robust=True)
+    transaction.on_commit(lambda: vector_index.remember(scope, entry.id, question, vec, kh), robust=True)
     enforce_size_bound()
     return True
 
@@ -531,7 +399,7 @@ def evict_for_faq_entry(entry_id: int) -> int:
     keys = list(CachedAnswer.objects.filter(id__in=ids).values_list("scope", "key_hash"))
     n, _ = CachedAnswer.objects.filter(id__in=ids).delete()
     _exact_delete(keys)
-    _forget(list({k[0] for k in keys}))
+    vector_index.forget(list({k[0] for k in keys}))
     return len(ids) if n else 0
 
 
@@ -540,7 +408,7 @@ def evict_entry(entry_id: int) -> bool:
     keys = list(CachedAnswer.objects.filter(id=entry_id).values_list("scope", "key_hash"))
     n, _ = CachedAnswer.objects.filter(id=entry_id).delete()
     _exact_delete(keys)
-    _forget()
+    vector_index.forget()
     return bool(n)
 
 
@@ -550,7 +418,7 @@ def purge(scope: str | None = None) -> int:
     n = qs.count()
     qs.delete()
     _exact_purge(scope)
-    _forget(None if scope is None else [scope])
+    vector_index.forget(None if scope is None else [scope])
     return n
 
 
@@ -559,7 +427,7 @@ def purge_expired() -> int:
     rows = list(CachedAnswer.objects.filter(expires_at__lte=timezone.now()).values_list("id", "scope", "key_hash"))
     if rows:
         _delete_rows(rows)
-        _forget()
+        vector_index.forget()
     return len(rows)
 
 
@@ -582,6 +450,6 @@ def enforce_size_bound() -> int:
             CachedAnswer.objects.order_by("created_at", "id").values_list("id", "scope", "key_hash")[: total - bound]
         )
         _delete_rows(cut)
-        _forget()
+        vector_index.forget()
         removed += len(cut)
     return removed

@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from routing import services as router
 from routing.types import History, HistoryLoader, Question
 
-from . import events, fencing, handoff, selectors, services, streams, tasks
+from . import errors, events, fencing, handoff, selectors, services, streams, tasks
 from .models import Conversation, ConversationStatus, Message
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         bot, epoch = await database_sync_to_async(services.bot_message_begin)(
             conversation_id=cid, reply_to_seq=message.seq, route=answer.route
         )
-    except services.AgentHolds:  # taken over since the message was claimed: the bot stays silent
+    except errors.AgentHolds:  # taken over since the message was claimed: the bot stays silent
         await answer.close()
         return
     await streams.begin(message_id=bot.pk, seq=bot.seq, route=answer.route)

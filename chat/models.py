@@ -42,7 +42,7 @@ class Conversation(models.Model):
     token_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=ConversationStatus.choices, default=ConversationStatus.BOT)
     locale = models.CharField(max_length=8, default="en")
-    # Highest seq handed out; seqs are allocated under a row lock (see services._next_seq).
+    # Highest seq handed out; seqs are allocated under a row lock (see services.conversations.next_seq).
     last_seq = models.PositiveIntegerField(default=0)
     # Highest shopper seq the bot has answered or deliberately skipped (agent held the chat).
     answered_seq = models.PositiveIntegerField(default=0)
@@ -60,7 +60,7 @@ class Conversation(models.Model):
     # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
     handoff_packet = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, help_text="Rolling summary of turns older than the prompt window.")
-    # The seq of the last message the summary covers (0: none); routing.context.conversation_summarise.
+    # The seq of the last message the summary covers (0: none); routing.prompt.conversation_summarise.
     summary_upto_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -257,7 +257,7 @@ KEFU_CACHE_AUDIT_SAME_COSINE = _env("float", "KEFU_CACHE_AUDIT_SAME_COSINE", def
 KEFU_EMBED_BATCH_MAX = _env("int", "KEFU_EMBED_BATCH_MAX", default=32)
 KEFU_EMBED_BATCH_WAIT_MS = _env("float", "KEFU_EMBED_BATCH_WAIT_MS", default=2.0)
 KEFU_CONTEXT_TURNS = _env("int", "KEFU_CONTEXT_TURNS", default=5)
-# Prompt budget per tier (routing/context.py): the most tokens a remote model's prompt may take
+# Prompt budget per tier (routing/prompt.py): the most tokens a remote model's prompt may take
 # (system prompt with grounding and summary, the last turns that fit, the new message).
 KEFU_CONTEXT_TOKENS = {
     tier: _env("int", f"KEFU_{tier.upper()}_CONTEXT_TOKENS", default=default)

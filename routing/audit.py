@@ -22,13 +22,13 @@ from cache_layer.models import CacheAudit
 from lib.text import detect_locale
 
 from . import answers
+from .classify import grounding_for
 from .complete import complete_blocking
-from .context import build_messages
 from .faq_model import normalise_text
 from .models import FaqEntry
+from .prompt import build_messages
 from .providers.base import ProviderError
 from .registry import registry
-from .strategy import grounding_for
 from .tiers import tier_configured
 from .types import ROUTING_MAX_CHARS, CallContext
 
@@ -39,13 +39,13 @@ AUDIT_TIER = "simple"  # the tier the router asks first (routing.strategy.decide
 
 def _question_vector(question: str) -> np.ndarray | None:
     """The question's vector exactly as the router embeds it for the cache (normalised text, first
-    ``ROUTING_MAX_CHARS`` characters; see ``routing.strategy.classify``)."""
+    ``ROUTING_MAX_CHARS`` characters; see ``routing.classify.classify``)."""
     norm = normalise_text(question[:ROUTING_MAX_CHARS])
     return np.asarray(get_embedder().embed([norm])[0], dtype=np.float32) if norm else None
 
 
 def _grounding(question: str, locale: str, grounded_on: list[int]) -> list[tuple[str, str]]:
-    """The router's grounding for ``question`` (``routing.strategy.grounding_for``: the 3 closest FAQ
+    """The router's grounding for ``question`` (``routing.classify.grounding_for``: the 3 closest FAQ
     entries). A process without a FAQ model yet (a Celery worker) loads it first; if that fails,
     the entries the cached answer was grounded on (``grounded_on``) are used instead."""
     try:

@@ -71,6 +71,16 @@ async def complete(
         request=request,
         reason=context.purpose,
     )
+    return await complete_decision(decision, context=context)
+
+
+async def complete_decision(decision: Decision, *, context: CallContext) -> Completion:
+    """:func:`complete` for a decision the router already made (its ``request``, ``tier`` and
+    ``provider`` set), e.g. an agent's suggested reply with the answer's own grounded prompt.
+    Raises ``ProviderError``; ``ValueError`` when ``decision`` is not a remote one."""
+    if decision.request is None or decision.tier is None:
+        raise ValueError("complete_decision needs a remote decision (request and tier)")
+    requested = decision.request.model
     texts: list[str] = []
     done: StreamDone | None = None
     async with aclosing(stream_with_fallback(decision, context=context)) as stream:
@@ -79,10 +89,10 @@ async def complete(
                 texts.append(item.text)
             elif isinstance(item, StreamDone):
                 done = item
-    answered_by = decision.request.model if decision.request is not None else request.model
+    answered_by = decision.request.model if decision.request is not None else requested
     return Completion(
         text="".join(texts),
-        tier=decision.tier or tier,
+        tier=decision.tier,
         model=(done.model if done is not None else "") or answered_by,
         ended=done is not None,
         finish_reason=done.finish_reason if done is not None else None,

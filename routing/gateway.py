@@ -38,7 +38,7 @@ from django.utils import timezone
 from cache_layer import services as cache
 from lib.text import detect_locale
 
-from . import answers, context, strategy
+from . import answers, classify, prompt
 from .ledger import cost_usd
 from .models import ApiKey
 from .providers.base import ChatRequest, Usage
@@ -242,7 +242,7 @@ async def plan(req: GatewayRequest) -> Plan:
     locale = detect_locale(question)
     start = req.start_tier or "simple"
     if req.start_tier is None and len(req.messages) == 1:
-        c = await asyncio.to_thread(strategy.classify, question, locale)
+        c = await asyncio.to_thread(classify.classify, question, locale)
         match = c.match
         if match is not None and match.accepted and match.entry_id is not None:
             entry = registry.entries.get(match.entry_id)
@@ -267,7 +267,7 @@ async def plan(req: GatewayRequest) -> Plan:
             d = _remote(
                 req,
                 tier,
-                context.build_messages(grounding=grounding, history=[], text=question, locale=locale, tier=tier),
+                prompt.build_messages(grounding=grounding, history=[], text=question, locale=locale, tier=tier),
                 locale,
             )
             d.cache_scope, d.cache_vector, d.grounded_on = c.cache_scope, vector, grounded_on
@@ -299,7 +299,7 @@ async def offer_to_cache(p: Plan, *, text: str, model: str) -> None:
             route=d.route,
             model=model,
             grounded_on=d.grounded_on,
-            prompt_version=context.SYSTEM_PROMPT_VERSION,
+            prompt_version=prompt.SYSTEM_PROMPT_VERSION,
             cut=False,
             locale=d.locale,
         )

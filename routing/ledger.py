@@ -23,9 +23,10 @@ from django.utils import timezone
 from lib.tokens import count_tokens
 
 from .models import UpstreamCall
-from .providers.base import Usage
+from .providers.base import StreamDone, Usage
+from .tiers import tier_model
 from .tokens import text_tokens
-from .types import CallContext
+from .types import AnswerRecord, CallContext, Decision
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ async def _write(attempt: Attempt, after: asyncio.Task[None] | None) -> None:
 
 #: Tokens of a typical first-turn grounded prompt (system prompt, 3 FAQ entries, a one-line
 #: question), what a remote tier would have been sent for an answer the FAQ model or the cache gave.
-#: Measured with ``routing.context.build_messages`` and ``count_tokens`` (o200k_base) over the
+#: Measured with ``routing.prompt.build_messages`` and ``count_tokens`` (o200k_base) over the
 #: demo FAQ's English entries, 3 consecutive entries at a time (25 windows), with a 12-word question:
 #: median 376, range 324-417 (the system prompt alone with no grounding: 127).
 TYPICAL_PROMPT_TOKENS = 376
@@ -184,3 +185,61 @@ def saved_usd(*, tier: str, answer_text: str, prompt_tokens: int | None = None) 
     completion, _estimated = text_tokens(answer_text, model) if answer_text else (0, False)
     prompt = TYPICAL_PROMPT_TOKENS if prompt_tokens is None else max(0, prompt_tokens)
     return cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)
+
+
+def answer_record(
+    *,
+    decision: Decision,
+    route: str,
+    text: str,
+    done: StreamDone | None,
+    ttft_ms: float | None,
+    latency_ms: float,
+    cut: bool,
+) -> AnswerRecord:
+    """How an answer ended, with its cost (remote) or the cost it saved (fixed answers), in USD."""
+    if route.startswith("llm.") and decision.tier:
+        usage = done.usage if done is not None else None
+        if usage is None:
+            # The stream broke before its usage chunk: the call may still be billed, so count
+            # what was sent and received (tiktoken-compatible encodings) and mark it estimated.
+            model = tier_model(decision.tier)
+            usage = Usage(
+                prompt_tokens=count_tokens(decision.request.messages if decision.request else [], model),
+                completion_tokens=count_tokens(text, model) if text else 0,
+                estimated=True,
+            )
+        prompt_tokens, completion, cached = usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens
+        return AnswerRecord(
+            text=text,
+            route=route,
+            model=(done.model if done else "") or tier_model(decision.tier),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion,
+            cost_usd=cost_usd(
+                tier=decision.tier,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion,
+                cached_prompt_tokens=cached,
+            ),
+            ttft_ms=ttft_ms,
+            latency_ms=latency_ms,
+            estimated=usage.estimated,
+            cut=cut,
+            reason=decision.reason,
+        )
+    saved = Decimal(0)
+    if route == "faq" or route.startswith("cache."):
+        # Priced at the tier that would have answered (the FAQ route has none: the simple tier).
+        saved = saved_usd(tier=decision.tier or "simple", answer_text=text)
+    return AnswerRecord(
+        text=text,
+        route=route,
+        ttft_ms=ttft_ms,
+        latency_ms=latency_ms,
+        cut=cut,
+        faq_entry_id=decision.faq_entry_id,
+        saved_usd=saved,
+        cache_entry_id=decision.cache_entry_id if route.startswith("cache.") else None,
+        reason=decision.reason,
+    )

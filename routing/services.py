@@ -28,13 +28,13 @@ from channels.db import database_sync_to_async
 from cache_layer import audit as cache_audit
 from cache_layer import services as cache
 
-from . import answers, singleflight, strategy, tasks, warmup
+from . import answers, classify, ledger, singleflight, strategy, tasks, warmup
 from . import summary as summaries
-from .context import SYSTEM_PROMPT_VERSION
+from .complete import complete_decision
+from .prompt import SYSTEM_PROMPT_VERSION
 from .providers.base import ProviderError, StreamDone, TextDelta
 from .registry import registry
 from .replies import person_request_words
-from .resilience import stream_with_fallback
 from .types import AnswerRecord, CallContext, Decision, HistoryLoader, Question, Suggestion
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def answer_prepare(*, text: str, locale: str) -> None:
     """Start classifying ``text`` off the event loop now (FAQ match, scope, cache lookup), so that
     the embedding and the cache lookup overlap the database writes that store the message.
     ``locale``: the conversation's (``"en"``/``"zh"``). Never raises; must run on the event loop."""
-    strategy.prefetch(text=text, conversation_locale=locale)
+    classify.prefetch(text=text, conversation_locale=locale)
 
 
 class Answer:
@@ -181,19 +181,14 @@ class Answer:
         tokens (a stream with no usage chunk) loads the tokenizer, so it runs in a thread."""
         await self.close()
         decision, route = self._decision, self._decision.route
-        fields = {
-            "decision": decision,
-            "route": route,
-            "text": text,
-            "done": self._done,
-            "ttft_ms": ttft_ms,
-            "latency_ms": latency_ms,
-            "cut": cut,
-        }
-        if route.startswith("llm.") and self._done is None:
-            record = await asyncio.to_thread(lambda: strategy.answer_record(**fields))  # type: ignore[arg-type]
-        else:
-            record = strategy.answer_record(**fields)  # type: ignore[arg-type]
+        done = self._done
+
+        def account() -> AnswerRecord:
+            return ledger.answer_record(
+                decision=decision, route=route, text=text, done=done, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut
+            )
+
+        record = await asyncio.to_thread(account) if route.startswith("llm.") and done is None else account()
         if route.startswith("llm.") and singleflight.is_follower(self._source):
             # Another question's upstream call answered this one: no tokens or cost of its own; the
             # cost of that call is what this answer saved (routing.singleflight).
@@ -260,16 +255,13 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
         if decision.route == "faq" or decision.route.startswith("cache."):
             return Suggestion(decision.text or "", decision.route, question.seq)
         if decision.provider is not None and decision.request is not None:
-            parts: list[str] = []
             context = CallContext(conversation_id=question.conversation_id, purpose="suggestion")
             try:
-                async for item in stream_with_fallback(decision, context=context):
-                    if isinstance(item, TextDelta):
-                        parts.append(item.text)
+                draft = await complete_decision(decision, context=context)
             except ProviderError as e:
                 log.warning("suggested reply for %s failed: %s", question.conversation_id, e)
                 return Suggestion("", None, None)
-            return Suggestion("".join(parts), decision.route, question.seq)
+            return Suggestion(draft.text, decision.route, question.seq)
     return Suggestion("", None, None)
 
 

@@ -45,7 +45,7 @@ from django.conf import settings
 from cache_layer.normalise import exact_key_text
 from cache_layer.policy import may_cache_question, personal_data
 
-from .context import SUMMARY_HEADING
+from .prompt import SUMMARY_HEADING
 from .providers.base import ChatRequest, ProviderError, StreamItem
 from .resilience import stream_with_fallback
 from .types import CallContext, Decision

@@ -5,7 +5,7 @@ Chat holds the database half (``chat.summary``): it reads the turns not summaris
 :func:`turns_left_window` how many of them left the window, asks :func:`summary_write` for the
 new summary and stores it. A summary only ever covers turns that had left the window, and
 windows only move forward, so a non-empty summary in a prompt always stands for turns that are
-not in it (``routing.context``).
+not in it (``routing.prompt``).
 
 Settings read: ``KEFU_CONTEXT_TOKENS``, ``KEFU_CONTEXT_TURNS``, ``KEFU_SUMMARY_MIN_TURNS``,
 ``KEFU_TIERS``, ``KEFU_STORE_NAME``.
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from django.conf import settings
 
 from .complete import complete_blocking
-from .context import Turn, context_tokens, system_message, turns_that_fit
+from .prompt import Turn, context_tokens, system_message, turns_that_fit
 from .providers.base import ProviderError
 from .tiers import tier_configured
 from .tokens import PromptCounter

@@ -371,6 +371,6 @@ def routing_guards() -> Iterator[None]:
 def _fresh_cache_indexes() -> None:
     """The answer cache's per-scope indexes live per process and trust themselves for
     ``KEFU_CACHE_INDEX_REFRESH_MS``; every test starts from a database rolled back, so from none."""
-    from cache_layer import services
+    from cache_layer import vector_index
 
-    services._forget()
+    vector_index.forget()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cache_layer import audit, services
+from cache_layer import audit, services, vector_index
 from cache_layer.audit import false_hit_rates, mark_wrong, wilson_interval
 from cache_layer.embeddings import get_embedder
 from cache_layer.intent_model import get_intent_model
@@ -35,12 +35,12 @@ CACHED_A = "Yes, we ship the walnut desk to Norway; delivery takes 5-7 business 
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
-    services._forget()
+    vector_index.forget()
     breaker.reset_breakers()
     ratelimits.book.clear()
     throttle.reset()
     yield
-    services._forget()
+    vector_index.forget()
     breaker.reset_breakers()
     ratelimits.book.clear()
     throttle.reset()

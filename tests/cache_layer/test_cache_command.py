@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from cache_layer import services
+from cache_layer import services, vector_index
 from cache_layer.exact_store import LocalExactStore, set_exact_store
 from cache_layer.models import CachedAnswer
 
@@ -56,7 +56,7 @@ def store() -> Iterator[LocalExactStore]:
     """A fresh local exact store for each test."""
     s = LocalExactStore()
     set_exact_store(s)
-    services._forget()
+    vector_index.forget()
     yield s
     set_exact_store(None)
 

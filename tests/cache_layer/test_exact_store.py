@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from cache_layer import exact_store, services
+from cache_layer import exact_store, services, vector_index
 from cache_layer.exact_store import ExactEntry, LocalExactStore, RedisExactStore, get_exact_store, set_exact_store
 from cache_layer.models import CachedAnswer
 
@@ -76,7 +76,7 @@ def worker_a(redis_url: str, prefix: str) -> Iterator[RedisExactStore]:
     """This process's exact store, in Redis."""
     store = new_redis_store(redis_url, prefix)
     set_exact_store(store)
-    services._forget()
+    vector_index.forget()
     yield store
     set_exact_store(None)
     store.close()
@@ -94,7 +94,7 @@ def worker_b(redis_url: str, prefix: str) -> Iterator[RedisExactStore]:
 def local_store() -> Iterator[LocalExactStore]:
     store = LocalExactStore(max_entries=100)
     set_exact_store(store)
-    services._forget()
+    vector_index.forget()
     yield store
     set_exact_store(None)
 

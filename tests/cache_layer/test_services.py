@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from cache_layer import services
+from cache_layer import services, vector_index
 from cache_layer.config import cache_config
 from cache_layer.embeddings import get_embedder
 from cache_layer.models import CachedAnswer
@@ -187,7 +187,7 @@ def test_entry_stored_by_another_worker_is_seen_within_the_refresh_interval(monk
     """Another worker's row (written straight to the DB, this process's index left as it was) is a
     miss until the index is KEFU_CACHE_INDEX_REFRESH_MS old, then found; its exact key too."""
     clock = [1000.0]
-    monkeypatch.setattr(services.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(vector_index.time, "monotonic", lambda: clock[0])
     assert put("Do you ship to Canada?", "Yes.")
     assert ask("do you ship to canada please") is not None  # loads this process's index for the scope
     vec = get_embedder().embed(["What is your return policy?"])[0]
@@ -213,7 +213,7 @@ def test_entry_stored_by_another_worker_is_seen_within_the_refresh_interval(monk
 
 def test_a_stale_index_never_serves_a_deleted_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another worker deleted the row: this process's index still lists it, but the row is checked."""
-    monkeypatch.setattr(services.time, "monotonic", lambda: 1000.0)  # the index never refreshes
+    monkeypatch.setattr(vector_index.time, "monotonic", lambda: 1000.0)  # the index never refreshes
     assert put("Do you ship to Canada?", "Yes.")
     assert ask("do you ship to canada please") is not None
     services.get_exact_store().purge(None)  # as if the other worker's delete reached the exact store

@@ -1,4 +1,4 @@
-"""The prompt's token budget (routing/context.py): the system prompt and the new message always,
+"""The prompt's token budget (routing/prompt.py): the system prompt and the new message always,
 then the most recent whole turns that fit the tier's ``KEFU_<TIER>_CONTEXT_TOKENS``, never more
 than ``KEFU_CONTEXT_TURNS``; the rolling summary in the system message. Tokens are counted with
 the tier model's tokenizer (``count_tokens``), the same one the assertions use."""
@@ -12,9 +12,9 @@ import pytest
 
 from chat import tasks as chat_tasks
 from lib.tokens import count_tokens
-from routing import context, ledger
+from routing import ledger
 from routing import tokens as router_tokens
-from routing.context import SUMMARY_HEADING, TRUNCATION_NOTE, build_messages, build_prompt
+from routing.prompt import MIN_MESSAGE_TOKENS, SUMMARY_HEADING, TRUNCATION_NOTE, build_messages, build_prompt
 from routing.providers.openai_remote import close_clients
 
 GROUNDING = [("How long does delivery take?", "Orders arrive in 2-4 business days.")]
@@ -139,7 +139,7 @@ def test_system_prompt_is_never_cut_and_the_message_keeps_a_minimum(settings: An
     )
     assert "- Q: How long does delivery take?" in prompt.messages[0]["content"]
     assert prompt.truncated and prompt.messages[-1]["content"].endswith(TRUNCATION_NOTE)
-    assert count_tokens(prompt.messages[-1]["content"], MODEL) <= context.MIN_MESSAGE_TOKENS
+    assert count_tokens(prompt.messages[-1]["content"], MODEL) <= MIN_MESSAGE_TOKENS
 
 
 @pytest.mark.asyncio

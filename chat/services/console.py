@@ -1,0 +1,223 @@
+"""Writes of the agent console (docs/console.md): take over, hand back, close, an agent's message,
+internal notes, and marking a cached answer wrong.
+
+All functions are synchronous (the ORM); async callers wrap them in ``database_sync_to_async``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.db.models import Q as models_Q
+from django.utils import timezone
+
+from routing import services as router
+
+from ..errors import NotAgent, NotCached, NotFound, NotOwner
+from ..models import Conversation, ConversationStatus, InternalNote, Message, Role
+from ..selectors import user_is_agent
+from .conversations import next_seq
+from .messages import Received
+
+
+def agent_display_name(user: Any) -> str:
+    """What shoppers and other agents see of an agent: full name, else first name, else username."""
+    return (user.get_full_name() or getattr(user, "first_name", "") or user.get_username())[:150]
+
+
+@dataclass(frozen=True)
+class OwnerChange:
+    """Result of a take-over / hand-back / close. ``changed`` is False when this call did not
+    change the owner (someone else won the take-over, or nothing to do); ``status``, ``agent``
+    (display name, "" for none), ``agent_id`` and ``epoch`` are the conversation's state as of
+    the end of the call, read in the same transaction."""
+
+    conversation_id: uuid.UUID
+    changed: bool
+    status: str
+    agent: str
+    agent_id: int | None
+    epoch: int
+
+
+def _owner_state(conversation_id: uuid.UUID, changed: bool) -> OwnerChange:
+    row = (
+        Conversation.objects.filter(pk=conversation_id)
+        .values("status", "agent_name", "agent_id", "owner_epoch")
+        .first()
+    )
+    if row is None:
+        raise NotFound(str(conversation_id))
+    return OwnerChange(
+        conversation_id, changed, row["status"], row["agent_name"], row["agent_id"], int(row["owner_epoch"])
+    )
+
+
+def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
+    """``agent`` (a user) takes the conversation: status ``agent``, ``owner_epoch`` + 1.
+
+    The guard is one conditional UPDATE (``... WHERE status <> 'agent'``): of two agents taking
+    over at the same moment, exactly one row update succeeds (PostgreSQL row lock, SQLite write
+    lock); the other gets ``changed=False`` with the winner's name in ``agent``. Taking over a
+    conversation one already holds is a no-op (``changed=False``, ``agent_id`` = own id).
+    Raises ``NotFound``.
+    """
+    name = agent_display_name(agent)
+    with transaction.atomic():
+        won = (
+            Conversation.objects.filter(pk=conversation_id)
+            .exclude(status=ConversationStatus.AGENT)
+            .update(
+                status=ConversationStatus.AGENT,
+                agent=agent,
+                agent_name=name,
+                owner_epoch=F("owner_epoch") + 1,
+                waiting_since=None,
+                updated_at=timezone.now(),
+            )
+        )
+        return _owner_state(conversation_id, bool(won))
+
+
+def conversation_hand_back(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
+    """The holding agent gives the conversation back to the bot (status ``bot``, epoch + 1).
+    Raises ``NotOwner`` when ``agent`` does not hold it, ``NotFound``."""
+    with transaction.atomic():
+        done = Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.AGENT, agent=agent).update(
+            status=ConversationStatus.BOT,
+            agent=None,
+            agent_name="",
+            owner_epoch=F("owner_epoch") + 1,
+            updated_at=timezone.now(),
+        )
+        state = _owner_state(conversation_id, bool(done))
+    if not done:
+        raise NotOwner(owner=state.agent if state.status == ConversationStatus.AGENT else "", status=state.status)
+    return state
+
+
+def conversation_close(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
+    """Close a conversation (status ``closed``, epoch + 1; a later shopper message reopens it).
+
+    Allowed to the agent holding it, and to any agent when no agent holds it (e.g. a waiting
+    conversation the shopper left). Closing a closed conversation is a no-op (``changed=False``).
+    Raises ``NotOwner`` when another agent holds it, ``NotFound``.
+    """
+    with transaction.atomic():
+        done = (
+            Conversation.objects.filter(pk=conversation_id)
+            .exclude(status=ConversationStatus.CLOSED)
+            .filter(~models_Q(status=ConversationStatus.AGENT) | models_Q(agent=agent))
+            .update(
+                status=ConversationStatus.CLOSED,
+                agent=None,
+                agent_name="",
+                waiting_since=None,
+                owner_epoch=F("owner_epoch") + 1,
+                updated_at=timezone.now(),
+            )
+        )
+        state = _owner_state(conversation_id, bool(done))
+    if not done and state.status == ConversationStatus.AGENT:
+        raise NotOwner(owner=state.agent, status=state.status)
+    return state
+
+
+def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, client_id: str | None = None) -> Received:
+    """Store a message of the agent who holds the conversation (role ``agent``, their display
+    name), exactly once per (conversation, ``client_id``) when the console sends one: a resend
+    (after a reconnect) returns the stored row with ``created=False`` and stores nothing, even if
+    the agent no longer holds the conversation. Raises ``NotOwner`` when ``agent`` does not hold
+    it, ``NotFound``. ``text`` must be validated by the caller (not blank, within
+    ``KEFU_MAX_MESSAGE_CHARS``)."""
+    if client_id is not None:
+        known = Message.objects.filter(conversation_id=conversation_id, client_id=client_id, role=Role.AGENT).first()
+        if known is not None:
+            return Received(known, created=False, reopened=False)
+    try:
+        with transaction.atomic():
+            try:
+                seq, _answered, status, _locale = next_seq(conversation_id)
+            except Conversation.DoesNotExist:
+                raise NotFound(str(conversation_id)) from None
+            owner = Conversation.objects.filter(pk=conversation_id).values_list("agent_id", "agent_name").get()
+            if status != ConversationStatus.AGENT or owner[0] != agent.pk:
+                transaction.set_rollback(True)
+                raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
+            msg = Message.objects.create(
+                conversation_id=conversation_id,
+                seq=seq,
+                role=Role.AGENT,
+                text=text,
+                agent_name=owner[1],
+                client_id=client_id,
+            )
+    except IntegrityError:
+        # The same client_id raced in through another socket or worker a moment ago.
+        return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)
+    return Received(msg, created=True, reopened=False)
+
+
+def note_add(*, conversation_id: uuid.UUID, author: Any, text: str) -> InternalNote:
+    """Store an internal note (agents only; never sent to the shopper). Raises ``NotFound``."""
+    if not Conversation.objects.filter(pk=conversation_id).exists():
+        raise NotFound(str(conversation_id))
+    return InternalNote.objects.create(
+        conversation_id=conversation_id, author=author, author_name=agent_display_name(author), text=text
+    )
+
+
+@dataclass(frozen=True)
+class CacheWrongResult:
+    """Result of ``cache_answer_mark_wrong``: the bot message, the cached entry it was served
+    from, and whether this call evicted it (``False``: the entry was already gone, e.g. another
+    agent marked it first, it expired or was purged; nothing was recorded then)."""
+
+    message_id: int
+    entry_id: int
+    evicted: bool
+
+
+def cache_answer_mark_wrong(*, conversation_id: uuid.UUID, message_id: int, agent: Any) -> CacheWrongResult:
+    """An agent says the cached answer of bot message ``message_id`` was wrong: evict the cached
+    entry it was served from and record the mark (``routing.services.cached_answer_mark_wrong``:
+    an ``agent_wrong`` audit, a false hit in the measured rate).
+
+    Any agent may do this, not only the one holding the conversation: the agent is re-read from
+    the database (a permission taken away since the socket opened counts). The audit row's
+    ``message_id`` is the *shopper* message the cached answer was served for (the convention of
+    ``CacheAudit.message_id``, as for sampled audits), or None when it cannot be found.
+
+    Raises ``NotAgent``, ``NotFound`` (no such conversation, or no such message in it) and
+    ``NotCached`` (not a bot message served from the cache).
+    """
+    agent_pk = getattr(agent, "pk", None)
+    fresh = get_user_model().objects.filter(pk=agent_pk).first() if agent_pk is not None else None
+    if fresh is None or not user_is_agent(fresh):
+        raise NotAgent(str(getattr(agent, "pk", None)))
+    if not Conversation.objects.filter(pk=conversation_id).exists():
+        raise NotFound("no such conversation")
+    msg = (
+        Message.objects.filter(pk=message_id, conversation_id=conversation_id)
+        .values("role", "route", "cache_entry_id", "reply_to_seq")
+        .first()
+    )
+    if msg is None:
+        raise NotFound("no such message in this conversation")
+    if msg["role"] != Role.BOT or not str(msg["route"]).startswith("cache.") or msg["cache_entry_id"] is None:
+        raise NotCached(str(message_id))
+    question_id = None
+    if msg["reply_to_seq"] is not None:
+        question_id = (
+            Message.objects.filter(conversation_id=conversation_id, seq=msg["reply_to_seq"], role=Role.SHOPPER)
+            .values_list("pk", flat=True)
+            .first()
+        )
+    entry_id = int(msg["cache_entry_id"])
+    evicted = router.cached_answer_mark_wrong(entry_id=entry_id, by=fresh.get_username(), message_id=question_id)
+    return CacheWrongResult(message_id=message_id, entry_id=entry_id, evicted=evicted)

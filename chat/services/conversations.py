@@ -1,0 +1,126 @@
+"""Writes to conversations: start, authenticate, status, the agents' queue, and the seq counter
+every stored message takes its place from.
+
+All functions are synchronous (the ORM); async callers wrap them in ``database_sync_to_async``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..errors import AccessDenied
+from ..models import Conversation, ConversationStatus, Message, Role
+
+
+def _hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def conversation_start(*, locale: str = "en") -> tuple[Conversation, str]:
+    """Create a conversation; returns it and the shopper's bearer token (shown once, stored hashed)."""
+    token = secrets.token_urlsafe(32)
+    conv = Conversation.objects.create(token_hash=_hash_token(token), locale=locale if locale in ("en", "zh") else "en")
+    return conv, token
+
+
+def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> Conversation:
+    """The conversation whose id and token match. Raises ``AccessDenied`` otherwise (constant-time compare)."""
+    if not isinstance(token, str) or not token:
+        raise AccessDenied("missing token")
+    conv = Conversation.objects.filter(pk=conversation_id).first()
+    if conv is None or not hmac.compare_digest(conv.token_hash, _hash_token(token)):
+        raise AccessDenied("unknown conversation or wrong token")
+    return conv
+
+
+def next_seq(conversation_id: uuid.UUID) -> tuple[int, int, str, str]:
+    """Allocate the next seq of a conversation; returns ``(seq, answered_seq, status, locale)``.
+
+    Must run inside a transaction: the UPDATE takes the row lock (PostgreSQL) or the database
+    write lock (SQLite, IMMEDIATE transactions), so two workers never hand out the same seq.
+    One statement (``UPDATE ... RETURNING``, SQLite >= 3.35, PostgreSQL) instead of an UPDATE
+    and a SELECT: this runs on every chat message, on the path to the first token.
+    Raises ``Conversation.DoesNotExist`` for an unknown conversation.
+    """
+    table = connection.ops.quote_name(Conversation._meta.db_table)
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_seq = last_seq + 1, updated_at = %s WHERE id = %s "
+            "RETURNING last_seq, answered_seq, status, locale",
+            [timezone.now(), pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist(conversation_id)
+    return int(row[0]), int(row[1]), str(row[2]), str(row[3])
+
+
+def conversation_set_status(*, conversation_id: uuid.UUID, status: str, reason: str = "") -> bool:
+    """Set a conversation's status; returns True when it changed. Bumps the fencing counter."""
+    with transaction.atomic():
+        changed = (
+            Conversation.objects.filter(pk=conversation_id)
+            .exclude(status=status)
+            .update(status=status, owner_epoch=F("owner_epoch") + 1, handoff_reason=reason[:200])
+        )
+    return bool(changed)
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """Result of ``conversation_escalate``: ``entered`` is True when the conversation entered
+    the queue with this call (it was not waiting before); ``notice`` is the system message
+    stored for the shopper when no agent was online (None otherwise)."""
+
+    entered: bool
+    status: str
+    packet: dict[str, Any]
+    waiting_since: Any
+    notice: Message | None
+
+
+def conversation_escalate(
+    *, conversation_id: uuid.UUID, reason: str, packet: dict[str, Any], no_agent_notice: str | None
+) -> Escalation:
+    """Put the conversation in the agents' queue (status ``waiting_agent``) with its escalation
+    packet (``chat.handoff.build_packet``). The owner stays the bot, so ``owner_epoch`` is not
+    bumped. An agent-held or closed conversation is left as it is (``entered=False``).
+
+    When it newly enters the queue and ``no_agent_notice`` is given (no agent online), that text
+    is stored as a ``system`` message for the shopper. Already waiting: only the packet is updated.
+    """
+    with transaction.atomic():
+        now = timezone.now()
+        entered = bool(
+            Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.BOT).update(
+                status=ConversationStatus.WAITING_AGENT,
+                waiting_since=now,
+                handoff_reason=reason[:200],
+                handoff_packet=packet,
+                updated_at=now,
+            )
+        )
+        if not entered:
+            Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.WAITING_AGENT).update(
+                handoff_reason=reason[:200], handoff_packet=packet
+            )
+        notice = None
+        if entered and no_agent_notice:
+            seq = next_seq(conversation_id)[0]
+            notice = Message.objects.create(
+                conversation_id=conversation_id, seq=seq, role=Role.SYSTEM, text=no_agent_notice
+            )
+        status, waiting_since = (
+            Conversation.objects.filter(pk=conversation_id).values_list("status", "waiting_since").get()
+        )
+    return Escalation(entered=entered, status=status, packet=packet, waiting_since=waiting_since, notice=notice)

@@ -1,0 +1,164 @@
+"""Writes to messages: a shopper's message stored exactly once, claimed for answering, and the
+bot's answer begun and finished; a shopper's rating.
+
+All functions are synchronous (the ORM); async callers wrap them in ``database_sync_to_async``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import IntegrityError, connection, transaction
+
+from routing.types import AnswerRecord
+
+from ..errors import AgentHolds, InvalidFeedback
+from ..models import Conversation, ConversationStatus, Message, MessageState, Role
+from .conversations import next_seq
+
+
+def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: int) -> bool:
+    """Inside ``message_receive``'s transaction: claim ``seq`` for answering (``answered_seq =
+    seq``) unless an older shopper message (after ``answered_seq``) still waits; True if claimed.
+    One statement in SQL, not an EXISTS then an UPDATE through the ORM: this is on the path to
+    the first token of every message, and building the two ORM queries cost more than running
+    them (profiled)."""
+    conv = connection.ops.quote_name(Conversation._meta.db_table)
+    msg = connection.ops.quote_name(Message._meta.db_table)
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {conv} SET answered_seq = %s WHERE id = %s AND NOT EXISTS ("
+            f"SELECT 1 FROM {msg} WHERE conversation_id = %s AND role = %s AND seq > %s AND seq < %s)",
+            [seq, pk, pk, Role.SHOPPER.value, answered_seq, seq],
+        )
+        return cursor.rowcount == 1
+
+
+@dataclass(frozen=True)
+class Received:
+    """Result of ``message_receive``: the stored shopper message, whether it is new (False for a
+    resend of a known ``client_id``), whether a closed conversation reopened, and, when the
+    caller asked to claim it and nothing older was waiting, the conversation (status and locale
+    as of the write) for answering it at once."""
+
+    message: Message
+    created: bool
+    reopened: bool
+    claimed: Conversation | None = None
+
+
+def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, claim: bool = False) -> Received:
+    """Store a shopper message, exactly once per (conversation, client_id).
+
+    A resend of a known ``client_id`` returns the original row with ``created=False`` and stores
+    nothing. A message to a closed conversation reopens it (status ``bot``). With ``claim=True``
+    the message is also claimed for answering in the same transaction (the compare-and-set of
+    ``answer_claim``), provided no older shopper message is still unclaimed.
+    """
+    try:
+        with transaction.atomic():
+            seq, answered_seq, status, locale = next_seq(conversation_id)
+            msg = Message.objects.create(
+                conversation_id=conversation_id, seq=seq, role=Role.SHOPPER, text=text, client_id=client_id
+            )
+            reopened = status == ConversationStatus.CLOSED
+            if reopened:
+                Conversation.objects.filter(pk=conversation_id).update(status=ConversationStatus.BOT, agent_name="")
+                status = ConversationStatus.BOT
+            claimed = None
+            if claim and _claim_if_none_older(conversation_id, answered_seq=answered_seq, seq=seq):
+                claimed = Conversation(id=conversation_id, status=status, locale=locale, answered_seq=seq, last_seq=seq)
+    except IntegrityError:
+        # A resend of a known client_id (possibly racing in through another socket or worker).
+        return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)
+    return Received(msg, created=True, reopened=reopened, claimed=claimed)
+
+
+def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] | None:
+    """Claim the oldest shopper message the bot has not answered yet, or None when there is none.
+
+    The claim is a compare-and-set on ``Conversation.answered_seq``, so two answering loops (in
+    two workers) never answer the same message.
+    """
+    while True:
+        conv = Conversation.objects.filter(pk=conversation_id).first()
+        if conv is None:
+            return None
+        msg = (
+            Message.objects.filter(conversation_id=conversation_id, role=Role.SHOPPER, seq__gt=conv.answered_seq)
+            .order_by("seq")
+            .first()
+        )
+        if msg is None:
+            return None
+        won = Conversation.objects.filter(pk=conversation_id, answered_seq=conv.answered_seq).update(
+            answered_seq=msg.seq
+        )
+        if won:
+            conv.answered_seq = msg.seq
+            return msg, conv
+
+
+def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: str) -> tuple[Message, int]:
+    """Create the row of a bot answer that is about to stream (state ``streaming``, empty text).
+
+    Returns the row and the conversation's ``owner_epoch`` read under the same row lock: the
+    fencing epoch the stream runs under (see ``chat.fencing``). Raises ``AgentHolds`` (and writes
+    nothing) when an agent holds the conversation, so a take-over that committed before this
+    point is never followed by a bot answer.
+    """
+    with transaction.atomic():
+        seq = next_seq(conversation_id)[0]
+        status, epoch = Conversation.objects.filter(pk=conversation_id).values_list("status", "owner_epoch").get()
+        if status == ConversationStatus.AGENT:
+            transaction.set_rollback(True)
+            raise AgentHolds(str(conversation_id))
+        msg = Message.objects.create(
+            conversation_id=conversation_id,
+            seq=seq,
+            role=Role.BOT,
+            route=route,
+            state=MessageState.STREAMING,
+            reply_to_seq=reply_to_seq,
+        )
+    return msg, int(epoch)
+
+
+def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message:
+    """Store the end of a bot answer: the whole text and how it was made (state ``done``)."""
+    Message.objects.filter(pk=message_id).update(
+        text=record.text,
+        route=record.route,
+        model=record.model,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        cost_usd=record.cost_usd,
+        saved_usd=record.saved_usd,
+        ttft_ms=record.ttft_ms,
+        latency_ms=record.latency_ms,
+        usage_estimated=record.estimated,
+        cut=record.cut,
+        faq_entry_id=record.faq_entry_id,
+        cache_entry_id=record.cache_entry_id,
+        state=MessageState.DONE,
+    )
+    return Message.objects.get(pk=message_id)
+
+
+def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: object) -> None:
+    """Store a shopper's rating (``up``/``down``) of a bot message of their own conversation.
+
+    Raises ``InvalidFeedback`` for a bad rating or a message that is not a bot message of this
+    conversation.
+    """
+    if rating not in ("up", "down"):
+        raise InvalidFeedback("rating must be 'up' or 'down'")
+    if not isinstance(message_id, int) or isinstance(message_id, bool):
+        raise InvalidFeedback("message_id must be an integer")
+    updated = Message.objects.filter(pk=message_id, conversation_id=conversation_id, role=Role.BOT).update(
+        rating=rating
+    )
+    if not updated:
+        raise InvalidFeedback("no such bot message in this conversation")

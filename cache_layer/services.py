@@ -1,18 +1,16 @@
 """The answer cache's service API: scope keys, lookup (exact, then semantic + guard), store, eviction.
 
-Storage (first version): entries live in the database (:class:`~cache_layer.models.CachedAnswer`),
-so they survive a restart and every worker sees them. Each process keeps an in-memory index per
-scope (the scope's ids, questions and a ``(n, dim)`` float32 matrix) for the semantic search: an
-exact dot-product search with numpy, plus the exact keys of its rows. Change detection is one
-indexed aggregate (count and max id of the scope), run at most every ``KEFU_CACHE_INDEX_REFRESH_MS``
-per scope (this process's own stores are appended to its index at commit, and its deletions drop
-the index, so they need no check); so an entry stored by another worker is seen within that interval (until then it is a miss: a model call, never a
-wrong answer). A stale index never serves a deleted or expired entry: every candidate it offers is
-confirmed against its row (``expires_at`` included) before it is served. The exact lookup first
-asks the exact store (:mod:`cache_layer.exact_store`: Redis when ``REDIS_URL`` is set, else local
-memory), then the index's keys, and reads the database only when the index knows the key (and
-refills the store then); every deletion path deletes the store's keys too. A miss costs no query
-at all. A vector library (usearch / faiss) is not used yet.
+Entries live in the database (:class:`~cache_layer.models.CachedAnswer`), so they survive a
+restart and every worker sees them. Each process keeps an in-memory index per scope
+(:mod:`cache_layer.vector_index`) for the semantic search and the exact keys. An entry stored by
+another worker is seen within ``KEFU_CACHE_INDEX_REFRESH_MS``; until then it is a miss (a model
+call), never a wrong answer. A stale index never serves a deleted or expired entry: every
+candidate it offers is confirmed against its row (``expires_at`` included) before it is served.
+
+The exact lookup asks the exact store first (:mod:`cache_layer.exact_store`: Redis when
+``REDIS_URL`` is set, else local memory), then the index's keys. It reads the database only when
+the index knows the key, and refills the store then. Every deletion path deletes the store's keys
+too. A miss costs no query at all.
 
 Settings: :class:`cache_layer.config.CacheConfig` (read and validated once; defaults in
 config/settings.py).

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
+from contextlib import aclosing
 
 from channels.db import database_sync_to_async
 
@@ -169,8 +170,9 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     fence = fencing.watch(cid, epoch)  # released below, after the last possible delta
     cut = fenced = False
     try:
-        async for piece in answer.stream():
-            await emit(piece)
+        async with aclosing(answer.stream()) as pieces:
+            async for piece in pieces:
+                await emit(piece)
     except fencing.Fenced:
         cut = fenced = True
     except router.AnswerCut as e:

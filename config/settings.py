@@ -249,7 +249,7 @@ KEFU_CACHE_REDIS_TIMEOUT_MS = _env("float", "KEFU_CACHE_REDIS_TIMEOUT_MS", defau
 # Follow-ups are rewritten into a standalone question before the cache is asked (routing/rewrite.py):
 # the rewrite's whole wall-clock budget, seconds.
 KEFU_REWRITE_TIMEOUT_S = _env("float", "KEFU_REWRITE_TIMEOUT_S", default=3.0)
-# Measured false-hit rate (cache_layer/audit.py): share of semantic hits re-answered in the background
+# Measured false-hit rate (routing/audit.py, cache_layer/audit.py): share of semantic hits re-answered in the background
 # (0..1), and the answer-embedding cosine at or above which the fresh answer counts as the same.
 KEFU_CACHE_AUDIT_RATE = _env("float", "KEFU_CACHE_AUDIT_RATE", default=0.05)
 KEFU_CACHE_AUDIT_SAME_COSINE = _env("float", "KEFU_CACHE_AUDIT_SAME_COSINE", default=0.85)
@@ -263,7 +263,7 @@ KEFU_CONTEXT_TOKENS = {
     tier: _env("int", f"KEFU_{tier.upper()}_CONTEXT_TOKENS", default=default)
     for tier, default in (("simple", 3000), ("medium", 6000), ("complex", 12000))
 }
-# Rolling summary (routing/tasks.py): older turns are summarised by the simple tier once at least
+# Rolling summary (chat/summary.py, routing/summary.py): older turns are summarised by the simple tier once at least
 # this many have left the prompt window unsummarised (0 = never summarise).
 KEFU_SUMMARY_MIN_TURNS = _env("int", "KEFU_SUMMARY_MIN_TURNS", default=2)
 # Single flight (routing/singleflight.py): identical cacheable questions in flight at once share

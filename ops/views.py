@@ -108,7 +108,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     ``kefu_saved_usd_total{route}``, ``kefu_upstream_calls_total{tier,purpose,outcome}``,
     ``kefu_upstream_cost_usd_total{tier,purpose,outcome}`` (counters) and
     ``kefu_conversations{status}`` for ``waiting_agent`` / ``agent`` (gauge)."""
-    token = getattr(settings, "KEFU_METRICS_TOKEN", "")
+    token = settings.KEFU_METRICS_TOKEN
     if token:
         sent = request.headers.get("Authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):

@@ -49,8 +49,6 @@ SUMMARY_HEADING = "Earlier in this conversation:"
 TRUNCATION_NOTE = "\n[The shopper's message was longer; it was cut here to fit the prompt.]"
 #: A new message is never cut below this many tokens, even when the system prompt alone fills the budget.
 MIN_MESSAGE_TOKENS = 64
-#: Defaults of ``KEFU_<TIER>_CONTEXT_TOKENS`` (tokens), used for a tier the setting lacks.
-DEFAULT_CONTEXT_TOKENS = {"simple": 3000, "medium": 6000, "complex": 12000}
 
 Turn = list[tuple[str, str]]
 
@@ -74,9 +72,9 @@ def _role(role: str) -> str:
 
 
 def context_tokens(tier: str) -> int:
-    """``KEFU_CONTEXT_TOKENS[tier]``: the tier's prompt budget in tokens (positive)."""
-    budget = getattr(settings, "KEFU_CONTEXT_TOKENS", {}).get(tier) or DEFAULT_CONTEXT_TOKENS.get(tier, 3000)
-    return max(1, int(budget))
+    """``KEFU_CONTEXT_TOKENS[tier]``: the tier's prompt budget in tokens (positive; defaults in
+    config/settings.py). Raises ``KeyError`` for an unknown tier."""
+    return max(1, int(settings.KEFU_CONTEXT_TOKENS[tier]))
 
 
 def turns_that_fit(turns: Sequence[Turn], *, budget: int, counter: PromptCounter, max_turns: int) -> tuple[int, int]:

@@ -59,7 +59,7 @@ _SPACES = re.compile(r"\s+")
 
 def rewrite_timeout_s() -> float:
     """``KEFU_REWRITE_TIMEOUT_S``: the whole rewrite's wall-clock budget in seconds (default 3.0)."""
-    return float(getattr(settings, "KEFU_REWRITE_TIMEOUT_S", 3.0))
+    return float(settings.KEFU_REWRITE_TIMEOUT_S)
 
 
 def build_rewrite_messages(*, history: Sequence[tuple[str, str]], text: str, locale: str) -> list[dict[str, str]]:

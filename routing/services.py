@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
@@ -91,7 +91,8 @@ class Answer:
         self._first: asyncio.Future[TextDelta | StreamDone] | None = None
         self._closed = False
         self._record: AnswerRecord | None = None
-        if decision.request is not None and decision.provider is not None:
+        self._remote = decision.request is not None and decision.provider is not None
+        if self._remote:
             # Identical cacheable questions in flight at once share one upstream call (routing.singleflight).
             self._source = singleflight.open_stream(
                 decision,
@@ -119,10 +120,10 @@ class Answer:
 
     @property
     def remote(self) -> bool:
-        """Whether a remote model is (or was) streaming this answer."""
-        return self._source is not None
+        """Whether the answer was opened on a remote model (its request is already on its way)."""
+        return self._remote
 
-    async def stream(self) -> AsyncIterator[str]:
+    async def stream(self) -> AsyncGenerator[str, None]:
         """The answer's text in pieces (non-empty strings). A fixed answer (FAQ, cache, decline,
         handoff) comes in pieces of about 40 code points. When the remote model fails before any
         text, a polite handoff is streamed instead (``route`` becomes ``handoff``). Raises

@@ -59,7 +59,7 @@ FlightKey = tuple[str, str, str]
 def flight_key(decision: Decision, question: str) -> FlightKey | None:
     """The key identical questions share, or None when ``decision`` may not take part (single
     flight off, no cache scope, not a remote decision, or ``question`` is not cacheable)."""
-    if not getattr(settings, "KEFU_SINGLE_FLIGHT", True):
+    if not settings.KEFU_SINGLE_FLIGHT:
         return None
     if not decision.cache_scope or decision.tier is None or decision.request is None:
         return None

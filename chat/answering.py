@@ -24,6 +24,7 @@ from routing.types import History, HistoryLoader, Question
 
 from . import errors, events, fencing, handoff, selectors, services, streams, tasks
 from .models import Conversation, ConversationStatus, Message
+from .notices import notice_frame
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,8 @@ def history_loader(conversation_id: uuid.UUID) -> HistoryLoader:
 async def answer_message(conversation: Conversation, message: Message) -> None:
     """Ask the router who answers ``message``, stream the answer to the conversation and store it.
 
-    Frames published, in order: ``stream.start``, ``stream.delta``..., ``stream.end`` (then a
+    Frames published, in order: a ``notice`` (``starting``) first when the router is still loading
+    (the answer then waits for it), ``stream.start``, ``stream.delta``..., ``stream.end`` (then a
     ``status`` frame for a handoff, or an ``error`` frame when a failure cut the answer).
 
     Fencing (``chat.fencing``): the answer streams under the owner epoch read when its row was
@@ -133,6 +135,11 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     if conversation.status == ConversationStatus.AGENT:
         return  # an agent holds the conversation: the bot stays silent
     cid = conversation.id
+    if not router.router_ready():
+        # The process is starting: the message is stored and acknowledged; it is answered once
+        # the router has its models, never by a half-loaded one.
+        await events.publish(cid, notice_frame("starting", conversation.locale))
+        await router.router_wait_ready()
     received_at = message.created_at.timestamp()
     answer = await router.answer_open(question=question_of(message, conversation), history=history_loader(cid))
     if answer.remote:

@@ -75,6 +75,15 @@ class StatusFrame(TypedDict):
     agent: NotRequired[str]
 
 
+class NoticeFrame(TypedDict):
+    """A passing word about the service (not stored, never replayed): ``code`` is stable
+    (``starting``: the message is stored and will be answered once the bot is ready)."""
+
+    type: Literal["notice"]
+    code: str
+    message: str
+
+
 class ErrorFrame(TypedDict):
     type: Literal["error"]
     code: str

@@ -9,6 +9,7 @@ from routing import gateway_views
 urlpatterns = [
     path("", views.storefront, name="storefront"),
     path("healthz", ops_views.healthz, name="healthz"),
+    path("livez", ops_views.livez, name="livez"),
     path("admin/", admin.site.urls),
     # OpenAI-compatible gateway (docs/routing.md, "Gateway"): base URL http://HOST/v1 for any OpenAI client.
     path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat-completions"),

@@ -167,6 +167,13 @@ def _check_cache() -> str:
     return "ok" if cache.get("kefu:healthz") == "1" else "error"
 
 
+def livez(request: HttpRequest) -> JsonResponse:
+    """``GET /livez``: ``{"status": "ok"}`` with HTTP 200 whenever the process serves requests,
+    whatever its dependencies say (a liveness probe: restart the process only when this fails;
+    ``/healthz`` says whether to send it traffic)."""
+    return JsonResponse({"status": "ok"})
+
+
 async def healthz(request: HttpRequest) -> JsonResponse:
     """``GET /healthz``: ``{"status", "database", "channel_layer", "cache", "faq_model", "router"}``,
     each ``ok``/``loading``/``error: ...``; HTTP 200 only when all are ``ok``, else 503. ``faq_model``

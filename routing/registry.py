@@ -47,12 +47,21 @@ class FaqRegistry:
         self.by_intent: dict[tuple[str, str], FaqAnswerView] = {}
         self.fingerprint: tuple[int, str] | None = None
         self.error: str = ""
+        # Set once the first model of this process was trained: from then on the router is ready
+        # (later retrains swap a new model in while the old one keeps answering).
+        self.loaded = False
         self._train_lock = threading.Lock()
         self._poller: threading.Thread | None = None
 
     @property
     def ready(self) -> bool:
         return self.model is not None and self.scope is not None
+
+    @property
+    def loading(self) -> bool:
+        """True between :meth:`start_background` and the first model (or the first failure): a
+        message routed now would meet a half-loaded router."""
+        return self._poller is not None and not self.loaded and not self.error
 
     @staticmethod
     def _db_fingerprint() -> tuple[int, str]:
@@ -86,6 +95,7 @@ class FaqRegistry:
             self.by_intent = {(v.intent, v.locale): v for v in views.values()}
             self.fingerprint = fingerprint
             self.error = ""
+            self.loaded = True
             log.info("FAQ model trained on %d entries (version %s)", len(rows), model.version)
 
     def reload_if_changed(self) -> bool:

@@ -48,8 +48,10 @@ __all__ = [
     "cached_answer_marks",
     "person_request_words",
     "reply_suggest",
+    "router_ready",
     "router_start",
     "router_status",
+    "router_wait_ready",
     "summaries_on",
     "summary_compose",
     "summary_min_turns",
@@ -309,6 +311,21 @@ def router_start() -> None:
     classifier, embedder), in background threads; returns at once (the server's start-up)."""
     registry.start_background()
     warmup.start()
+
+
+def router_ready() -> bool:
+    """False while the router started by :func:`router_start` is still loading: its first FAQ model
+    is training or its warm-up runs. A router never started (tests, management commands) loads
+    each part at first use and is ready; a part that failed to load counts as done (it retries
+    lazily and the answer takes the route it can)."""
+    return not registry.loading and warmup.status() != "loading"
+
+
+async def router_wait_ready(*, poll_s: float = 0.1) -> None:
+    """Return once :func:`router_ready` (polled every ``poll_s`` seconds: the loading runs in other
+    threads, and a process has several event loops in tests)."""
+    while not router_ready():
+        await asyncio.sleep(poll_s)
 
 
 def router_status() -> dict[str, str]:

@@ -85,6 +85,7 @@
       counterUnit: " characters",
       tooLong: (max) => `Too long: ${max.toLocaleString("en")} characters at most.`,
       noticeWaiting: "Connecting you to a person…",
+      notices: { starting: "We're just starting up. Your message is saved and we'll answer it in a moment." },
       noticeAgent: (name) => `${name} joined the conversation`,
       noticeAgentAnon: "An agent joined the conversation",
       noticeClosed: "The conversation was closed",
@@ -136,6 +137,7 @@
       counterUnit: " 字",
       tooLong: (max) => `消息过长：最多 ${max} 字。`,
       noticeWaiting: "正在为您转接人工客服…",
+      notices: { starting: "系统正在启动，您的消息已保存，稍后马上为您解答。" },
       noticeAgent: (name) => `${name} 已加入对话`,
       noticeAgentAnon: "人工客服已加入对话",
       noticeClosed: "对话已结束",
@@ -819,6 +821,11 @@
     error.textContent = "";
     root.classList.remove("has-error");
   }
+  /** A ``notice`` frame's text: our own wording for known codes, else the server's (localized there). */
+  function noticeText(frame) {
+    const known = T.notices && T.notices[frame.code];
+    return known || String(frame.message || "");
+  }
   /** Known codes get our own (localized, shopper-friendly) wording; others the server's. */
   function errorText(frame) {
     const known = T.errors[frame.code];
@@ -947,6 +954,8 @@
         return onError(f);
       case "typing":
         return showAgentTyping(f);
+      case "notice":
+        return addNotice(noticeText(f));
       default:
         return undefined; // unknown frames are ignored (forward compatible)
     }

@@ -8,7 +8,9 @@ an ImproperlyConfigured error naming the variable and its value (see ``_env``).
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -140,14 +142,25 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# The files are served from static/ through the finders: no collectstatic, so no STATIC_ROOT yet.
+warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+
+
+def _not_a_probe(record: logging.LogRecord) -> bool:
+    """False for django.request's log line of a /healthz or /livez answer (503 while starting)."""
+    path = getattr(getattr(record, "request", None), "path", "")
+    return not (record.name == "django.request" and path in ("/healthz", "/livez"))
+
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # A 503 from /healthz while the process starts is its normal answer, not an error to log.
+    "filters": {"probes": {"()": "django.utils.log.CallbackFilter", "callback": _not_a_probe}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["probes"]}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

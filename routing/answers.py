@@ -1,5 +1,6 @@
-"""Fixed answers: FAQ answers with their ``{{placeholders}}`` filled from the store settings, and
-the bot's own decline and handoff texts in English and Chinese."""
+"""Fixed answers: FAQ answers with their ``{{placeholders}}`` filled from the store settings in the
+answer's own language, and the bot's own decline and handoff texts in English and Chinese (any
+other locale gets English)."""
 
 from __future__ import annotations
 
@@ -26,54 +27,95 @@ DEFAULT_PLACEHOLDERS: dict[str, str] = {
     "Contact Page": "Contact page",
 }
 
+# The same values in Chinese, for answers in ``zh`` (a locale without its own values gets English).
+LOCALE_PLACEHOLDERS: dict[str, dict[str, str]] = {
+    "zh": {
+        "Support Hours": "周一至周五 9:00-18:00",
+        "Customer Support Hours": "周一至周五 9:00-18:00",
+        "Customer Support Availability": "周一至周五 9:00-18:00",
+        "Free Shipping Threshold": "75 美元",
+        "Live Chat": "在线聊天",
+        "Contact Page": "联系我们页面",
+    },
+}
+
 # Names of placeholders that stand for the shopper's own data: never shown raw, never guessed.
-_PERSONAL = {
-    "order number": "your order",
-    "invoice number": "your invoice",
-    "account": "your account",
-    "person name": "there",
-    "refund amount": "the refund amount",
-    "client name": "there",
+_PERSONAL: dict[str, dict[str, str]] = {
+    "en": {
+        "order number": "your order",
+        "invoice number": "your invoice",
+        "account": "your account",
+        "person name": "there",
+        "refund amount": "the refund amount",
+        "client name": "there",
+    },
+    "zh": {
+        "order number": "您的订单",
+        "invoice number": "您的发票",
+        "account": "您的账户",
+        "person name": "您",
+        "refund amount": "退款金额",
+        "client name": "您",
+    },
+}
+# Stand-ins for a kind of placeholder the store left unset.
+_GENERIC = {
+    "en": {"phone": "our phone line", "email": "our support e-mail", "hours": "our opening hours"},
+    "zh": {"phone": "我们的客服电话", "email": "我们的客服邮箱", "hours": "我们的服务时间"},
 }
 
 
-def placeholders() -> dict[str, str]:
+def placeholders(locale: str = "en") -> dict[str, str]:
+    """The values of ``{{Name}}`` placeholders for answers in ``locale``: the demo store's, then
+    that locale's own (``LOCALE_PLACEHOLDERS``), then the store's ``KEFU_STORE_PLACEHOLDERS``.
+
+    ``KEFU_STORE_PLACEHOLDERS`` is a JSON object of names to values for every locale; a value that
+    is itself an object gives one value per locale (``{"Support Hours": {"en": "9-5", "zh":
+    "9点到5点"}}``), its ``en`` value standing in for a locale it lacks."""
     merged = dict(DEFAULT_PLACEHOLDERS)
     merged["Store Name"] = merged["Website Name"] = settings.KEFU_STORE_NAME
-    merged.update({str(k): str(v) for k, v in (settings.KEFU_STORE_PLACEHOLDERS or {}).items()})
+    merged.update(LOCALE_PLACEHOLDERS.get(locale, {}))
+    for key, value in (settings.KEFU_STORE_PLACEHOLDERS or {}).items():
+        if isinstance(value, dict):
+            chosen = value.get(locale, value.get("en"))
+            if chosen is not None:
+                merged[str(key)] = str(chosen)
+        else:
+            merged[str(key)] = str(value)
     return merged
 
 
-def _fallback(name: str) -> str:
-    """A readable stand-in for a placeholder the store did not set.
+def _fallback(name: str, locale: str, values: dict[str, str]) -> str:
+    """A readable stand-in for a placeholder the store did not set, in ``locale``.
 
     Bitext-style names are often navigation labels ("{{Order History}}" -> "Order History");
     names of the shopper's own data ("{{Order Number Anonymized}}") read as "your order".
     The spelling of names is not normalised upstream, hence the keyword matching.
     """
     low = name.lower().replace("anonymized", "").strip()
-    settings_map = placeholders()
-    for key, value in settings_map.items():
+    for key, value in values.items():
         if key.lower() == low:
             return value
+    generic = _GENERIC.get(locale, _GENERIC["en"])
     if "phone" in low:
-        return settings_map.get("Support Phone", "our phone line")
+        return values.get("Support Phone", generic["phone"])
     if "email" in low:
-        return settings_map.get("Support Email", "our support e-mail")
+        return values.get("Support Email", generic["email"])
     if "hours" in low or "availability" in low:
-        return settings_map.get("Support Hours", "our opening hours")
+        return values.get("Support Hours", generic["hours"])
     if "website" in low or "store name" in low or "company" in low:
         return settings.KEFU_STORE_NAME
-    for key, value in _PERSONAL.items():
+    for key, value in _PERSONAL.get(locale, _PERSONAL["en"]).items():
         if key in low:
             return value
     return name.replace("Anonymized", "").strip()
 
 
-def fill_placeholders(text: str) -> str:
-    """``text`` with every ``{{Name}}`` replaced: store setting, else a readable fallback."""
-    values = placeholders()
-    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), None) or _fallback(m.group(1)), text)
+def fill_placeholders(text: str, locale: str = "en") -> str:
+    """``text`` (an answer in ``locale``) with every ``{{Name}}`` replaced: the store's value for
+    that locale, else a readable stand-in in it (:func:`placeholders`)."""
+    values = placeholders(locale)
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1)) or _fallback(m.group(1), locale, values), text)
 
 
 def handoff_text(locale: str, *, remote_failed: bool = False) -> str:

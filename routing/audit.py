@@ -55,7 +55,7 @@ def _grounding(question: str, locale: str, grounded_on: list[int]) -> list[tuple
     if registry.model is not None:
         return grounding_for(question[:ROUTING_MAX_CHARS], locale)[0]
     rows = FaqEntry.objects.filter(id__in=grounded_on).order_by("id")
-    return [(r.question, answers.fill_placeholders(r.answer)) for r in rows]
+    return [(r.question, answers.fill_placeholders(r.answer, r.locale)) for r in rows]
 
 
 def audit_hit(*, audit_id: int) -> CacheAudit | None:

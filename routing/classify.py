@@ -115,7 +115,7 @@ def grounding_for(text: str, locale: str, k: int = 3) -> tuple[list[tuple[str, s
         e = registry.entries.get(entry_id)
         if e is not None:
             e = registry.by_intent.get((e.intent, locale), e)
-            out.append((e.question, answers.fill_placeholders(e.answer)))
+            out.append((e.question, answers.fill_placeholders(e.answer, e.locale)))
             ids.append(e.entry_id)
     return out, ids
 

@@ -252,7 +252,7 @@ async def plan(req: GatewayRequest) -> Plan:
                     Decision(
                         route="faq",
                         locale=locale,
-                        text=answers.fill_placeholders(entry.answer),
+                        text=answers.fill_placeholders(entry.answer, entry.locale),
                         faq_entry_id=entry.entry_id,
                         reason="gateway faq",
                     )

@@ -56,7 +56,7 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
             return Decision(
                 route="faq",
                 locale=locale,
-                text=answers.fill_placeholders(entry.answer),
+                text=answers.fill_placeholders(entry.answer, entry.locale),
                 faq_entry_id=entry.entry_id,
                 reason=f"faq {entry.intent} p={match.confidence:.2f}",
                 queue_for_agent=asks_for_person,

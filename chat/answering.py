@@ -12,9 +12,11 @@ whole answer stored when they come back.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from contextlib import aclosing
 
 from channels.db import database_sync_to_async
@@ -45,6 +47,19 @@ def enqueue_claimed(message: Message, conversation: Conversation) -> None:
     """Answer a message already claimed for this process (in order with the others), then drain."""
     _claimed.setdefault(conversation.id, []).append((message, conversation))
     kick(conversation.id)
+
+
+def answer_as_one(*, messages: Sequence[Message], conversation: Conversation) -> None:
+    """Answer ``messages`` (one conversation's shopper messages, oldest first, already past its
+    answering claim) as one question after the others waiting: the texts joined by line breaks,
+    answered as the last message (its seq, its time; the answer replies to it). Used when an agent
+    hands a conversation back with questions nobody answered. Nothing when ``messages`` is empty."""
+    if not messages:
+        return
+    last = messages[-1]
+    joined = copy.copy(last)
+    joined.text = "\n".join(m.text for m in messages)
+    enqueue_claimed(joined, conversation)
 
 
 def kick(conversation_id: uuid.UUID) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from .. import errors, events, presence, selectors, services, streams, suggest
+from .. import answering, errors, events, presence, selectors, services, streams, suggest
 from ..models import MessageState
 from ..protocol import ProtocolError, error_frame, parse_uuid, validate_message, validate_text
 from .base import CLOSE_FORBIDDEN, FrameSocket
@@ -174,8 +174,11 @@ class AgentConsumer(FrameSocket):
             await self._send(err)
 
     async def on_hand_back(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
-        change = await database_sync_to_async(services.conversation_hand_back)(conversation_id=cid, agent=self.user)
-        await events.publish_owner_change(conversation_id=cid, status=change.status, agent="", epoch=change.epoch)
+        back = await database_sync_to_async(services.conversation_hand_back)(conversation_id=cid, agent=self.user)
+        await events.publish_owner_change(
+            conversation_id=cid, status=back.change.status, agent="", epoch=back.change.epoch
+        )
+        answering.answer_as_one(messages=back.unanswered, conversation=back.conversation)
 
     async def on_close(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
         change = await database_sync_to_async(services.conversation_close)(conversation_id=cid, agent=self.user)

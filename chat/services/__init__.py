@@ -8,6 +8,7 @@ claim, the bot's answer, ratings) and ``console`` (the agents' writes). All sync
 
 from .console import (
     CacheWrongResult,
+    HandBack,
     OwnerChange,
     agent_display_name,
     agent_message_send,
@@ -16,6 +17,7 @@ from .console import (
     conversation_hand_back,
     conversation_take_over,
     note_add,
+    unanswered_by_anyone,
 )
 from .conversations import (
     Escalation,
@@ -30,6 +32,7 @@ from .messages import Received, answer_claim, bot_message_begin, bot_message_fin
 __all__ = [
     "CacheWrongResult",
     "Escalation",
+    "HandBack",
     "OwnerChange",
     "Received",
     "agent_display_name",
@@ -49,4 +52,5 @@ __all__ = [
     "message_receive",
     "next_seq",
     "note_add",
+    "unanswered_by_anyone",
 ]

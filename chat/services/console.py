@@ -45,6 +45,33 @@ class OwnerChange:
     epoch: int
 
 
+@dataclass(frozen=True)
+class HandBack:
+    """Result of ``conversation_hand_back``: the owner change, the conversation as the bot takes it
+    back (status ``bot``, its locale), and ``unanswered``: the shopper's messages after the last
+    agent or bot message (oldest first, none when the agent answered everything), which the bot
+    answers next, as one question."""
+
+    change: OwnerChange
+    conversation: Conversation
+    unanswered: tuple[Message, ...]
+
+
+def unanswered_by_anyone(conversation_id: uuid.UUID) -> list[Message]:
+    """The shopper messages after the conversation's last agent or bot message, oldest first."""
+    last_reply = (
+        Message.objects.filter(conversation_id=conversation_id, role__in=(Role.AGENT, Role.BOT))
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return list(
+        Message.objects.filter(conversation_id=conversation_id, role=Role.SHOPPER, seq__gt=last_reply or 0).order_by(
+            "seq"
+        )
+    )
+
+
 def _owner_state(conversation_id: uuid.UUID, changed: bool) -> OwnerChange:
     row = (
         Conversation.objects.filter(pk=conversation_id)
@@ -84,9 +111,11 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
         return _owner_state(conversation_id, bool(won))
 
 
-def conversation_hand_back(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
-    """The holding agent gives the conversation back to the bot (status ``bot``, epoch + 1).
-    Raises ``NotOwner`` when ``agent`` does not hold it, ``NotFound``."""
+def conversation_hand_back(*, conversation_id: uuid.UUID, agent: Any) -> HandBack:
+    """The holding agent gives the conversation back to the bot (status ``bot``, epoch + 1), with
+    what the shopper sent since anyone last replied (read in the same transaction, so a message
+    stored after the hand-back is answered on its own, never twice). Raises ``NotOwner`` when
+    ``agent`` does not hold it, ``NotFound``."""
     with transaction.atomic():
         done = Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.AGENT, agent=agent).update(
             status=ConversationStatus.BOT,
@@ -96,9 +125,11 @@ def conversation_hand_back(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
             updated_at=timezone.now(),
         )
         state = _owner_state(conversation_id, bool(done))
-    if not done:
+        unanswered = tuple(unanswered_by_anyone(conversation_id)) if done else ()
+        conv = Conversation.objects.get(pk=conversation_id) if done else None
+    if not done or conv is None:
         raise NotOwner(owner=state.agent if state.status == ConversationStatus.AGENT else "", status=state.status)
-    return state
+    return HandBack(change=state, conversation=conv, unanswered=unanswered)
 
 
 def conversation_close(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:

@@ -311,6 +311,61 @@ async def test_take_over_exchange_and_hand_back(make_client, make_agent, faq):
     assert conv.status == "bot" and conv.agent_id is None and conv.owner_epoch == 2
 
 
+async def test_hand_back_answers_what_the_shopper_sent_after_the_agent_as_one_question(
+    make_client, make_agent, faq, remote
+):
+    shopper = await make_client()
+    await shopper.hello()
+    alice = await make_agent("alice", "Alice")
+    await handed_off(shopper)
+    await alice.send({"type": "take_over", "conversation": shopper.conversation})
+    await shopper.until("status")
+    fragments = ["Does the walnut floor lamp come with a dimmer switch?", "and is the shade linen?"]
+    acks = []
+    for text in fragments:
+        await shopper.say(text)
+        acks.append(await shopper.recv())
+    assert await shopper.comm.receive_nothing(timeout=0.5)  # the bot stays silent while Alice holds it
+    answer = "Yes: an inline dimmer, and the shade is natural linen."
+    remote.push(Behaviour(text=answer))
+
+    await alice.send({"type": "hand_back", "conversation": shopper.conversation})
+    frames = await shopper.until("stream.end")
+
+    assert frames[0] == {"type": "status", "status": "bot"}
+    assert [f["type"] for f in frames].count("stream.start") == 1  # one answer to both fragments
+    end = frames[-1]
+    assert end["route"] == "llm.simple" and end["text"] == answer
+    [request] = remote.requests
+    assert request["messages"][-1] == {"role": "user", "content": "\n".join(fragments)}
+    rows = await database_sync_to_async(
+        lambda: list(
+            Message.objects.filter(conversation_id=shopper.conversation, seq__gt=acks[-1]["seq"]).values_list(
+                "role", "reply_to_seq", "text"
+            )
+        )
+    )()
+    assert rows == [("bot", acks[-1]["seq"], answer)]
+    assert await shopper.comm.receive_nothing(timeout=0.5)  # and nothing more
+
+
+async def test_hand_back_after_the_agent_answered_everything_adds_no_bot_answer(make_client, make_agent, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    alice = await make_agent("alice", "Alice")
+    await handed_off(shopper)
+    await alice.send({"type": "take_over", "conversation": shopper.conversation})
+    await shopper.until("status")
+    await shopper.say("my parcel arrived broken")
+    await shopper.recv()
+    await alice.send({"type": "message", "conversation": shopper.conversation, "text": "A new one ships today."})
+    await shopper.until("message")
+    await alice.send({"type": "hand_back", "conversation": shopper.conversation})
+    assert await shopper.recv() == {"type": "status", "status": "bot"}
+    assert await shopper.comm.receive_nothing(timeout=0.7)
+    assert [r[0] for r in await stored(shopper.conversation)] == ["shopper", "bot", "shopper", "agent"]
+
+
 async def test_an_agent_message_resent_after_a_reconnect_is_stored_and_delivered_once(make_client, make_agent, faq):
     shopper = await make_client()
     await shopper.hello()

@@ -62,9 +62,13 @@ def rule_of(*, text: str, route: str, reason: str) -> str:
 
 
 def build_packet(*, conversation_id: uuid.UUID, message: Message, route: str, reason: str) -> dict[str, Any]:
-    """The escalation packet for ``message`` (the shopper message whose answer escalated)."""
+    """The escalation packet for ``message`` (the shopper message whose answer escalated), from the
+    current session's messages only (``Conversation.session_from_seq``)."""
+    session_from = (
+        Conversation.objects.filter(pk=conversation_id).values_list("session_from_seq", flat=True).first() or 0
+    )
     rows = list(
-        Message.objects.filter(conversation_id=conversation_id, seq__lte=message.seq + 1)
+        Message.objects.filter(conversation_id=conversation_id, seq__gt=session_from, seq__lte=message.seq + 1)
         .exclude(role=Role.SYSTEM)
         .order_by("seq")
         .values("seq", "role", "text", "route", "cut")

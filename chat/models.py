@@ -60,8 +60,13 @@ class Conversation(models.Model):
     # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
     handoff_packet = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, help_text="Rolling summary of turns older than the prompt window.")
-    # The seq of the last message the summary covers (0: none); routing.prompt.conversation_summarise.
+    # The seq of the last message the summary covers (0: none); chat.summary.conversation_summarise.
     summary_upto_seq = models.PositiveIntegerField(default=0)
+    # The current session holds the messages after this seq. A shopper message to a closed
+    # conversation, or after KEFU_SESSION_IDLE_S without activity, starts a new session: the prompt,
+    # the follow-up context, the summary and the handoff packet see only the current session
+    # (services.conversations.next_seq); the transcript keeps everything.
+    session_from_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

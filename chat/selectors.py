@@ -17,11 +17,14 @@ def messages_after(*, conversation_id: uuid.UUID, after: int) -> list[Message]:
     return list(Message.objects.filter(conversation_id=conversation_id, seq__gt=after).order_by("seq"))
 
 
-def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: int) -> list[Message]:
+def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: int, after_seq: int = 0) -> list[Message]:
     """The last ``turns`` turns (a turn = a shopper message and the answers after it) before
-    ``before_seq``, oldest first, finished messages only, system messages excluded."""
+    ``before_seq`` and after ``after_seq`` (the session's start), oldest first, finished messages
+    only, system messages excluded."""
     rows = list(
-        Message.objects.filter(conversation_id=conversation_id, seq__lt=before_seq, state=MessageState.DONE)
+        Message.objects.filter(
+            conversation_id=conversation_id, seq__lt=before_seq, seq__gt=after_seq, state=MessageState.DONE
+        )
         .exclude(role="system")
         .order_by("-seq")[: turns * 4]
     )
@@ -33,10 +36,15 @@ def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: in
 
 
 def prompt_history(*, conversation_id: uuid.UUID, before_seq: int, turns: int) -> tuple[list[Message], str]:
-    """What the router's prompt needs of a conversation: :func:`history_for_prompt` and the
-    rolling summary of older turns (``""`` for none). Two queries."""
-    summary = Conversation.objects.filter(pk=conversation_id).values_list("summary", flat=True).first() or ""
-    return history_for_prompt(conversation_id=conversation_id, before_seq=before_seq, turns=turns), summary
+    """What the router's prompt needs of a conversation: :func:`history_for_prompt` within the
+    current session (``Conversation.session_from_seq``) and the rolling summary of its older turns
+    (``""`` for none). Two queries."""
+    row = Conversation.objects.filter(pk=conversation_id).values_list("summary", "session_from_seq").first()
+    summary, session_from = row if row is not None else ("", 0)
+    rows = history_for_prompt(
+        conversation_id=conversation_id, before_seq=before_seq, turns=turns, after_seq=session_from
+    )
+    return rows, summary
 
 
 # --- Agent console (docs/console.md) -------------------------------------------------------------

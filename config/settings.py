@@ -179,6 +179,10 @@ KEFU_WIDGET_ORIGINS = _env(
 KEFU_MAX_SOCKETS_PER_IP = _env("int", "KEFU_MAX_SOCKETS_PER_IP", default=16)
 KEFU_MESSAGES_PER_MINUTE_PER_IP = _env("int", "KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
 KEFU_MAX_MESSAGE_CHARS = _env("int", "KEFU_MAX_MESSAGE_CHARS", default=2000)
+# A shopper who comes back after this long without activity starts a new session (a new epoch of
+# context: chat/models.py, Conversation.session_from_seq), seconds. Six hours: a later visit the
+# same day is a new errand more often than not; a store sets its own.
+KEFU_SESSION_IDLE_S = _env("float", "KEFU_SESSION_IDLE_S", default=6 * 3600.0)
 
 # --- Ops: /metrics needs "Authorization: Bearer <token>" when set (docs/ops.md).
 KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")

@@ -11,8 +11,10 @@ import hmac
 import secrets
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -42,22 +44,43 @@ def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> C
     return conv
 
 
-def next_seq(conversation_id: uuid.UUID) -> tuple[int, int, str, str]:
+def next_seq(conversation_id: uuid.UUID, *, shopper: bool = False) -> tuple[int, int, str, str]:
     """Allocate the next seq of a conversation; returns ``(seq, answered_seq, status, locale)``.
+
+    ``shopper``: the seq is for a shopper's message, which starts a new session when the
+    conversation is closed or has been idle for ``KEFU_SESSION_IDLE_S`` seconds: in the same
+    statement ``session_from_seq`` moves to the seq before it, and the summary, the handoff packet
+    and its reason are cleared (``Conversation.session_from_seq``).
 
     Must run inside a transaction: the UPDATE takes the row lock (PostgreSQL) or the database
     write lock (SQLite, IMMEDIATE transactions), so two workers never hand out the same seq.
     One statement (``UPDATE ... RETURNING``, SQLite >= 3.35, PostgreSQL) instead of an UPDATE
-    and a SELECT: this runs on every chat message, on the path to the first token.
+    and a SELECT: this runs on every chat message, on the path to the first token. Every
+    expression of the SET list reads the row as it was before the statement (SQL's rule).
     Raises ``Conversation.DoesNotExist`` for an unknown conversation.
     """
     table = connection.ops.quote_name(Conversation._meta.db_table)
     pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
+    now = timezone.now()
+    session = ""
+    params: list[Any] = [now]
+    if shopper:
+        new_session = "(status = %s OR updated_at < %s)"
+        cut = connection.ops.adapt_datetimefield_value(now - timedelta(seconds=settings.KEFU_SESSION_IDLE_S))
+        session = (
+            f", session_from_seq = CASE WHEN {new_session} THEN last_seq ELSE session_from_seq END"
+            f", summary_upto_seq = CASE WHEN {new_session} THEN last_seq ELSE summary_upto_seq END"
+            f", summary = CASE WHEN {new_session} THEN '' ELSE summary END"
+            f", handoff_reason = CASE WHEN {new_session} THEN '' ELSE handoff_reason END"
+            f", handoff_packet = CASE WHEN {new_session} THEN %s ELSE handoff_packet END"
+        )
+        closed = ConversationStatus.CLOSED.value
+        params += [closed, cut, closed, cut, closed, cut, closed, cut, closed, cut, "{}"]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET last_seq = last_seq + 1, updated_at = %s WHERE id = %s "
+            f"UPDATE {table} SET last_seq = last_seq + 1, updated_at = %s{session} WHERE id = %s "
             "RETURNING last_seq, answered_seq, status, locale",
-            [timezone.now(), pk],
+            [*params, pk],
         )
         row = cursor.fetchone()
     if row is None:

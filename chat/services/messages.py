@@ -59,7 +59,7 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
     """
     try:
         with transaction.atomic():
-            seq, answered_seq, status, locale = next_seq(conversation_id)
+            seq, answered_seq, status, locale = next_seq(conversation_id, shopper=True)
             msg = Message.objects.create(
                 conversation_id=conversation_id, seq=seq, role=Role.SHOPPER, text=text, client_id=client_id
             )

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.db.models import Count, Max
 
 from cache_layer.embeddings import get_embedder
@@ -37,21 +37,60 @@ class FaqAnswerView:
     answer: str
 
 
+@dataclass(frozen=True)
+class FaqSnapshot:
+    """One trained state of the FAQ, swapped in whole: a reader that takes ``registry.snapshot``
+    once sees a model, a scope classifier and the entries they were trained on together, never a
+    new model with the old entries."""
+
+    model: FaqModel | None = None
+    scope: ScopeClassifier | None = None
+    entries: dict[int, FaqAnswerView] = field(default_factory=dict)
+    by_intent: dict[tuple[str, str], FaqAnswerView] = field(default_factory=dict)
+    fingerprint: tuple[int, str] | None = None
+
+
 class FaqRegistry:
-    """Process-wide holder of the trained models. ``ready`` is True once a first model is loaded."""
+    """Process-wide holder of the trained models. ``ready`` is True once a first model is loaded.
+
+    ``snapshot`` is replaced in one assignment when a retrain ends; ``model``, ``scope``,
+    ``entries`` and ``by_intent`` read the current one (use ``snapshot`` to read several together)."""
 
     def __init__(self) -> None:
-        self.model: FaqModel | None = None
-        self.scope: ScopeClassifier | None = None
-        self.entries: dict[int, FaqAnswerView] = {}
-        self.by_intent: dict[tuple[str, str], FaqAnswerView] = {}
-        self.fingerprint: tuple[int, str] | None = None
+        self.snapshot = FaqSnapshot()
         self.error: str = ""
         # Set once the first model of this process was trained: from then on the router is ready
         # (later retrains swap a new model in while the old one keeps answering).
         self.loaded = False
         self._train_lock = threading.Lock()
         self._poller: threading.Thread | None = None
+        self._retrain = threading.Event()  # set by faq_changed(): retrain in the background
+        self._retrainer: threading.Thread | None = None
+        self._retrainer_lock = threading.Lock()
+
+    @property
+    def model(self) -> FaqModel | None:
+        return self.snapshot.model
+
+    @model.setter
+    def model(self, model: FaqModel | None) -> None:  # tests unload the model this way
+        self.snapshot = replace(self.snapshot, model=model)
+
+    @property
+    def scope(self) -> ScopeClassifier | None:
+        return self.snapshot.scope
+
+    @property
+    def entries(self) -> dict[int, FaqAnswerView]:
+        return self.snapshot.entries
+
+    @property
+    def by_intent(self) -> dict[tuple[str, str], FaqAnswerView]:
+        return self.snapshot.by_intent
+
+    @property
+    def fingerprint(self) -> tuple[int, str] | None:
+        return self.snapshot.fingerprint
 
     @property
     def ready(self) -> bool:
@@ -91,9 +130,13 @@ class FaqRegistry:
                 )
             else:
                 scope = self.scope
-            self.model, self.scope, self.entries = model, scope, views
-            self.by_intent = {(v.intent, v.locale): v for v in views.values()}
-            self.fingerprint = fingerprint
+            self.snapshot = FaqSnapshot(
+                model=model,
+                scope=scope,
+                entries=views,
+                by_intent={(v.intent, v.locale): v for v in views.values()},
+                fingerprint=fingerprint,
+            )
             self.error = ""
             self.loaded = True
             log.info("FAQ model trained on %d entries (version %s)", len(rows), model.version)
@@ -125,12 +168,51 @@ class FaqRegistry:
         self._poller = threading.Thread(target=run, name="faq-model", daemon=True)
         self._poller.start()
 
+    def retrain_soon(self) -> None:
+        """Retrain in a background thread and return at once. Calls while a retrain runs are
+        coalesced into one more retrain after it (the last write is always trained on). The old
+        model answers until the new one is swapped in."""
+        self._retrain.set()
+        with self._retrainer_lock:
+            if self._retrainer is not None and self._retrainer.is_alive():
+                return
+            self._retrainer = threading.Thread(target=self._retrain_loop, name="faq-retrain", daemon=True)
+            self._retrainer.start()
+
+    def _retrain_loop(self) -> None:
+        while self._retrain.is_set():
+            self._retrain.clear()
+            try:
+                close_old_connections()
+                self.reload()
+            except Exception as e:  # the thread's edge: the old model keeps answering
+                self.error = f"{type(e).__name__}: {e}"
+                log.exception("FAQ model retrain failed")
+            finally:
+                close_old_connections()
+        with self._retrainer_lock:
+            if self._retrain.is_set():  # a write came in as the loop ended: go round once more
+                self._retrainer = threading.Thread(target=self._retrain_loop, name="faq-retrain", daemon=True)
+                self._retrainer.start()
+
+    def wait_retrained(self, timeout_s: float | None = None) -> bool:
+        """Block until no background retrain is pending or running (tests, tooling); False on timeout."""
+        thread = self._retrainer
+        if thread is not None:
+            thread.join(timeout_s)
+            return not thread.is_alive()
+        return True
+
 
 registry = FaqRegistry()
 
 
 def faq_changed() -> None:
-    """Call after writing FAQ entries: retrains this process's model now (other processes notice
-    within ``KEFU_FAQ_POLL_S`` seconds)."""
+    """Call after writing FAQ entries: this process retrains in the background, off the caller's
+    thread (an admin save returns at once, and the server's one sync thread, through which every
+    chat's database work goes, is never held by a training); other processes notice within
+    ``KEFU_FAQ_POLL_S`` seconds. Nothing when no model was ever loaded here (a management command
+    that writes the FAQ for a server to load)."""
     if registry.ready or registry._poller is not None:
-        registry.reload()
+        # After the write commits: the retrain reads the entries from another connection.
+        transaction.on_commit(registry.retrain_soon)

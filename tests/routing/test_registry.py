@@ -1,0 +1,112 @@
+"""FAQ changes without stalls: saving an entry retrains in the background (the admin request and
+the server's sync thread return at once, chats keep being answered by the old model), and the
+new model, its scope classifier and its entries are swapped in together."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from routing import registry as registry_module
+from routing.faq_import import faq_import, validate
+from routing.registry import faq_changed, registry
+
+NEW_ENTRY = {
+    "intent": "gift_wrap",
+    "locale": "en",
+    "question": "Do you offer gift wrapping?",
+    "variants": ["can you gift wrap my order", "is gift wrapping available", "wrap it as a present"],
+    "answer": "Yes: add gift wrapping at checkout for $4.",
+}
+
+
+@pytest.fixture
+def held_training(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """FaqModel.train blocks until ``release`` is set; ``started`` says a training began."""
+    started, release = threading.Event(), threading.Event()
+    train = registry_module.FaqModel.train
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        assert release.wait(60), "the test never released the training"
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(registry_module.FaqModel, "train", held)
+    yield started, release
+    release.set()
+    assert registry.wait_retrained(60)
+
+
+def add_entry() -> None:
+    faq_import([validate(NEW_ENTRY, 1)])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_faq_changed_returns_at_once_and_the_old_model_answers_until_the_new_one_is_in(faq, held_training):
+    started, release = held_training
+    old = registry.snapshot
+    add_entry()
+    faq_changed()  # with a synchronous retrain this line would block on the held training forever
+    assert started.wait(30)  # the retrain runs, in another thread
+    assert registry.snapshot is old and "gift_wrap" not in {e.intent for e in registry.entries.values()}
+    release.set()
+    assert registry.wait_retrained(60)
+    new = registry.snapshot
+    assert new is not old and new.model is not old.model
+    assert "gift_wrap" in {e.intent for e in new.entries.values()}
+    assert {(e.intent, e.locale) for e in new.entries.values()} == set(new.by_intent)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_writes_during_a_retrain_are_trained_on_by_one_more_retrain(faq, held_training):
+    started, release = held_training
+    faq_changed()
+    assert started.wait(30)
+    add_entry()  # written while the first retrain trains on the old rows
+    faq_changed()
+    faq_changed()
+    release.set()
+    assert registry.wait_retrained(60)
+    assert "gift_wrap" in {e.intent for e in registry.entries.values()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_saving_an_entry_in_the_admin_does_not_wait_for_the_training(admin_client, faq, held_training):
+    started, release = held_training
+    entry = registry.snapshot.entries[min(registry.snapshot.entries)]
+    response = admin_client.post(
+        f"/admin/routing/faqentry/{entry.entry_id}/change/",
+        {
+            "intent": entry.intent,
+            "locale": entry.locale,
+            "question": entry.question,
+            "answer": entry.answer + " (updated)",
+            "variants": "[]",
+            "active": "on",
+        },
+    )
+    assert response.status_code == 302, response.content[:500]  # saved and redirected, training held
+    assert started.wait(30)
+    release.set()
+    assert registry.wait_retrained(60)
+    assert registry.entries[entry.entry_id].answer.endswith("(updated)")
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_chats_are_answered_while_the_faq_retrains(make_client, faq, held_training):
+    started, release = held_training
+    await database_sync_to_async(add_entry)()
+    # faq_changed on the server's sync thread, as the admin's save runs under Daphne.
+    await database_sync_to_async(faq_changed)()
+    assert await database_sync_to_async(started.wait)(30)
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("how long does delivery take?")
+    end = (await shopper.until("stream.end"))[-1]  # the sync thread is free; the old model answers
+    assert end["route"] == "faq" and end["text"].startswith("Orders ship within 1 business day")
+    release.set()

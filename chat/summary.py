@@ -11,14 +11,20 @@ which the summary reaches), so two summaries of one conversation never overwrite
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
+
+from django.db import OperationalError
 
 from routing import services as router
 
 from .models import Conversation, Message, MessageState, Role
 
 Turn = list[tuple[str, str]]
+
+#: Tries of the summary's write when the database says it is locked (waits 0.05, 0.1, 0.2, 0.4 s).
+SUMMARY_WRITE_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,17 @@ def conversation_summarise(*, conversation_id: uuid.UUID) -> str | None:
     if not text:
         return None
     # update(): no auto_now bump (the console orders by activity; a summary is none).
-    stored = Conversation.objects.filter(pk=conversation_id, summary_upto_seq=work.upto_seq).update(
-        summary=text, summary_upto_seq=work.new_upto_seq
-    )
-    return text if stored else None
+    for attempt in range(SUMMARY_WRITE_TRIES):
+        try:
+            stored = Conversation.objects.filter(pk=conversation_id, summary_upto_seq=work.upto_seq).update(
+                summary=text, summary_upto_seq=work.new_upto_seq
+            )
+            return text if stored else None
+        except OperationalError:
+            # SQLite refuses a write while another connection writes the table ("database is
+            # locked" past its busy timeout; at once in shared-cache mode): a background write
+            # waits its turn instead of losing a paid summary.
+            if attempt == SUMMARY_WRITE_TRIES - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+    return None

@@ -165,3 +165,20 @@ class InternalNote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.conversation_id} note by {self.author_name}"
+
+
+class AgentLease(models.Model):
+    """One open agent console socket, alive while its lease runs (``chat.presence``).
+
+    The console heartbeats; each heartbeat moves ``expires_at`` ``KEFU_AGENT_LEASE_S`` ahead. A
+    socket that closes keeps its lease until it expires (a reload of the console is not a leave),
+    and a process killed with its sockets leaves leases that simply expire: "agents online" is the
+    number of agents with a live lease, in every process alike."""
+
+    channel_name = models.CharField(max_length=200, unique=True)
+    agent = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    expires_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} until {self.expires_at:%H:%M:%S}"

@@ -179,6 +179,18 @@ KEFU_WIDGET_ORIGINS = _env(
 KEFU_MAX_SOCKETS_PER_IP = _env("int", "KEFU_MAX_SOCKETS_PER_IP", default=16)
 KEFU_MESSAGES_PER_MINUTE_PER_IP = _env("int", "KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
 KEFU_MAX_MESSAGE_CHARS = _env("int", "KEFU_MAX_MESSAGE_CHARS", default=2000)
+# Agent presence (chat/presence.py): a console socket's lease, seconds; the console heartbeats every
+# KEFU_AGENT_HEARTBEAT_S. An agent whose last lease ran out this long ago is gone: the
+# conversations they held go back to the queue ("queue": the bot helps meanwhile) or to the bot
+# ("bot"), and the shopper is told.
+KEFU_AGENT_LEASE_S = _env("float", "KEFU_AGENT_LEASE_S", default=30.0)
+KEFU_AGENT_HEARTBEAT_S = _env("float", "KEFU_AGENT_HEARTBEAT_S", default=10.0)
+KEFU_AGENT_GONE_ACTION = env.str("KEFU_AGENT_GONE_ACTION", default="queue")
+KEFU_AGENT_SWEEP_S = _env("float", "KEFU_AGENT_SWEEP_S", default=5.0)
+if KEFU_AGENT_GONE_ACTION not in ("queue", "bot"):
+    raise ImproperlyConfigured(f"KEFU_AGENT_GONE_ACTION must be 'queue' or 'bot', not {KEFU_AGENT_GONE_ACTION!r}")
+if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:
+    raise ImproperlyConfigured("KEFU_AGENT_HEARTBEAT_S must be shorter than KEFU_AGENT_LEASE_S")
 # A shopper who comes back after this long without activity starts a new session (a new epoch of
 # context: chat/models.py, Conversation.session_from_seq), seconds. Six hours: a later visit the
 # same day is a new errand more often than not; a store sets its own.

@@ -34,7 +34,6 @@ class AgentConsumer(FrameSocket):
     user: Any = None
     following: uuid.UUID | None = None
     in_agents_group = False
-    counted = False
 
     async def connect(self) -> None:
         await self.accept()
@@ -46,15 +45,17 @@ class AgentConsumer(FrameSocket):
         self.name = services.agent_display_name(user)
         await self.channel_layer.group_add(events.AGENTS_GROUP, self.channel_name)
         self.in_agents_group = True
-        presence.agent_connected()
-        self.counted = True
-        canned, queue = await database_sync_to_async(lambda: (selectors.canned_replies(), selectors.console_queue()))()
+        await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
+        canned, queue, online = await database_sync_to_async(
+            lambda: (selectors.canned_replies(), selectors.console_queue(), presence.agents_online())
+        )()
         await self._send(
             {
                 "type": "ready",
                 "agent": self.name,
                 "agent_id": user.pk,
-                "agents_online": presence.agents_online(),
+                "agents_online": online,
+                "heartbeat_s": settings.KEFU_AGENT_HEARTBEAT_S,
                 "canned": canned,
                 "max_chars": settings.KEFU_MAX_MESSAGE_CHARS,
             }
@@ -62,9 +63,7 @@ class AgentConsumer(FrameSocket):
         await self._send({"type": "queue", "conversations": queue})
 
     async def _release(self) -> None:
-        if self.counted:
-            presence.agent_disconnected()
-            self.counted = False
+        # The lease is left to run out (chat.presence): a console that reconnects is not a leave.
         try:
             if self.in_agents_group:
                 self.in_agents_group = False
@@ -89,6 +88,9 @@ class AgentConsumer(FrameSocket):
             content = None
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
             await self._send(error_frame("invalid", "a frame is a JSON object with a string 'type'"))
+            return
+        if content["type"] == "heartbeat":
+            await self.on_heartbeat()
             return
         handler = self.HANDLERS.get(content["type"])
         try:
@@ -125,6 +127,16 @@ class AgentConsumer(FrameSocket):
         if content.get("type") == "message" and isinstance(client_id, str) and 0 < len(client_id) <= 64:
             frame["client_id"] = client_id
         return frame
+
+    async def on_heartbeat(self) -> None:
+        """``heartbeat``: the console is still here; its lease runs ``KEFU_AGENT_LEASE_S`` more
+        (a new one if it ran out meanwhile). Nothing is sent back."""
+
+        def renew() -> None:
+            if not presence.lease_renew(channel_name=self.channel_name):
+                presence.lease_open(agent_id=self.user.pk, channel_name=self.channel_name)
+
+        await database_sync_to_async(renew)()
 
     async def on_open(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
         """Follow ``cid``: join its groups first, then send its ``history`` (a frame published

@@ -17,6 +17,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
+from .. import sweeper
+
 log = logging.getLogger(__name__)
 
 #: Close codes: refused (bad token, not an agent) and too many sockets from one address.
@@ -47,6 +49,7 @@ class FrameSocket(AsyncWebsocketConsumer):
         self.channel_name = await self.channel_layer.new_channel()
         self.channel_receive = self._channel_receive
         self.base_send = send
+        sweeper.ensure_sweeper()  # every process gives back the conversations of agents who vanished
         try:
             await await_many_dispatch([receive, self.channel_receive], self.dispatch)
         except StopConsumer:

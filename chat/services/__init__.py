@@ -16,6 +16,7 @@ from .console import (
     conversation_close,
     conversation_hand_back,
     conversation_take_over,
+    conversations_of_gone_agents,
     note_add,
     unanswered_by_anyone,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "conversation_set_status",
     "conversation_start",
     "conversation_take_over",
+    "conversations_of_gone_agents",
     "feedback_record",
     "message_receive",
     "next_seq",

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from routing import services as router
 
+from .. import presence
 from ..errors import NotAgent, NotCached, NotFound, NotOwner
 from ..models import Conversation, ConversationStatus, InternalNote, Message, Role
 from ..selectors import user_is_agent
@@ -252,3 +253,56 @@ def cache_answer_mark_wrong(*, conversation_id: uuid.UUID, message_id: int, agen
     entry_id = int(msg["cache_entry_id"])
     evicted = router.cached_answer_mark_wrong(entry_id=entry_id, by=fresh.get_username(), message_id=question_id)
     return CacheWrongResult(message_id=message_id, entry_id=entry_id, evicted=evicted)
+
+
+def conversations_of_gone_agents(*, action: str) -> list[tuple[HandBack, Message]]:
+    """Give back every conversation held by an agent with no live lease (``chat.presence``):
+    ``action`` ``queue`` puts it in the agents' queue (status ``waiting_agent``, the bot helps
+    meanwhile), ``bot`` gives it to the bot. Each release bumps ``owner_epoch`` and stores the
+    shopper's system notice (``presence.gone_notice``), in one transaction per conversation.
+
+    Returns ``(hand-back, notice)`` for each conversation released by this call; the hand-back
+    carries what the shopper sent since anyone last replied. A conditional UPDATE (still held by
+    that agent) makes the release happen once however many processes sweep. Raises
+    ``ValueError`` for an unknown ``action``."""
+    if action not in ("queue", "bot"):
+        raise ValueError(f"action must be 'queue' or 'bot', not {action!r}")
+    held = list(
+        Conversation.objects.filter(status=ConversationStatus.AGENT, agent__isnull=False).values_list(
+            "pk", "agent_id", "agent_name", "locale"
+        )
+    )
+    if not held:
+        return []
+    gone = presence.gone_agents(sorted({agent_id for _, agent_id, _, _ in held}))
+    released: list[tuple[HandBack, Message]] = []
+    for conversation_id, agent_id, agent_name, locale in held:
+        if agent_id not in gone:
+            continue
+        queue = action == "queue"
+        with transaction.atomic():
+            now = timezone.now()
+            done = Conversation.objects.filter(
+                pk=conversation_id, status=ConversationStatus.AGENT, agent_id=agent_id
+            ).update(
+                status=ConversationStatus.WAITING_AGENT if queue else ConversationStatus.BOT,
+                agent=None,
+                agent_name="",
+                owner_epoch=F("owner_epoch") + 1,
+                waiting_since=now if queue else None,
+                handoff_reason=f"{agent_name} left the conversation"[:200] if queue else "",
+                updated_at=now,
+            )
+            if not done:
+                continue  # taken over, handed back or released meanwhile
+            state = _owner_state(conversation_id, True)
+            unanswered = tuple(unanswered_by_anyone(conversation_id))
+            notice = Message.objects.create(
+                conversation_id=conversation_id,
+                seq=next_seq(conversation_id)[0],
+                role=Role.SYSTEM,
+                text=presence.gone_notice(agent=agent_name, action=action, locale=locale),
+            )
+            conversation = Conversation.objects.get(pk=conversation_id)
+        released.append((HandBack(change=state, conversation=conversation, unanswered=unanswered), notice))
+    return released

@@ -75,6 +75,13 @@
     });
   }
 
+  // The lease of this console (chat/presence.py): while the page is open it says it is here.
+  let heartbeat = null;
+  function startHeartbeat(seconds) {
+    clearInterval(heartbeat);
+    heartbeat = setInterval(() => send({ type: "heartbeat" }), Math.max(1, Number(seconds) || 10) * 1000);
+  }
+
   function send(frame) {
     if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return false;
     state.ws.send(JSON.stringify(frame));
@@ -91,6 +98,7 @@
   function handle(f) {
     switch (f.type) {
       case "ready":
+        startHeartbeat(f.heartbeat_s);
         state.me = f.agent;
         state.myId = f.agent_id;
         state.maxChars = f.max_chars || state.maxChars;

@@ -366,6 +366,123 @@ async def test_hand_back_after_the_agent_answered_everything_adds_no_bot_answer(
     assert [r[0] for r in await stored(shopper.conversation)] == ["shopper", "bot", "shopper", "agent"]
 
 
+# --- presence: leases, heartbeats, agents who vanish ------------------------------------------
+
+
+@database_sync_to_async
+def expire_leases(username: str) -> int:
+    from django.utils import timezone
+
+    from chat.models import AgentLease
+
+    return AgentLease.objects.filter(agent__username=username).update(expires_at=timezone.now())
+
+
+async def online() -> int:
+    from chat import presence
+
+    return await database_sync_to_async(presence.agents_online)()
+
+
+async def test_agents_online_counts_agents_with_a_live_lease_once_each(make_agent):
+    alice = await make_agent("alice", "Alice")
+    await make_agent("alice", "Alice")  # a second console of the same agent
+    bob = await make_agent("bob", "Bob")
+    assert bob.ready["agents_online"] == 2 and bob.ready["heartbeat_s"] == 10.0
+    assert await online() == 2
+    await alice.comm.disconnect()
+    assert await online() == 2  # a closed console keeps its lease until it runs out (a reload is no leave)
+    assert await expire_leases("alice") == 2
+    assert await online() == 1
+
+
+async def test_a_heartbeat_moves_the_lease_ahead(make_agent, settings):
+    from django.utils import timezone
+
+    from chat.models import AgentLease
+
+    alice = await make_agent("alice", "Alice")
+    await expire_leases("alice")
+    assert await online() == 0
+    await alice.send({"type": "heartbeat"})
+    deadline = asyncio.get_running_loop().time() + 10
+    while await online() == 0:
+        assert asyncio.get_running_loop().time() < deadline, "the heartbeat did not renew the lease"
+        await asyncio.sleep(0.05)
+    lease = await database_sync_to_async(AgentLease.objects.get)(agent__username="alice")
+    assert (lease.expires_at - timezone.now()).total_seconds() > settings.KEFU_AGENT_LEASE_S - 5
+    assert await alice.comm.receive_nothing(timeout=0.3)  # nothing is sent back
+
+
+async def test_an_agent_who_vanishes_gives_the_conversation_back_and_the_shopper_is_told(make_client, make_agent, faq):
+    from chat import sweeper
+
+    shopper = await make_client()
+    await shopper.hello()
+    alice = await make_agent("alice", "Alice")
+    await handed_off(shopper)
+    await alice.send({"type": "take_over", "conversation": shopper.conversation})
+    await shopper.until("status")
+    await shopper.say("how long does delivery take?")
+    ack = await shopper.recv()
+    await alice.comm.disconnect()  # the browser closed
+    assert await sweeper.release_gone_agents() == 0  # still within the lease
+    await expire_leases("alice")
+
+    assert await sweeper.release_gone_agents() == 1
+    frames = await shopper.until("stream.end")
+    assert frames[0] == {"type": "status", "status": "waiting_agent"}
+    notice = frames[1]
+    assert notice["type"] == "message" and notice["role"] == "system"
+    assert notice["text"].startswith("Alice had to leave. Your conversation is back in the queue")
+    end = frames[-1]
+    assert end["route"] == "faq" and end["text"].startswith("Orders ship within 1 business day")
+    conv = await conversation(shopper.conversation)
+    assert (conv.status, conv.agent_id, conv.agent_name, conv.owner_epoch) == ("waiting_agent", None, "", 2)
+    bot = await database_sync_to_async(Message.objects.get)(pk=end["id"])
+    assert bot.reply_to_seq == ack["seq"]
+    assert await sweeper.release_gone_agents() == 0  # released once
+
+
+async def test_with_the_bot_action_the_bot_takes_the_conversation_back(make_client, make_agent, faq, settings):
+    from chat import sweeper
+
+    settings.KEFU_AGENT_GONE_ACTION = "bot"
+    shopper = await make_client()
+    await shopper.hello(locale="zh")
+    alice = await make_agent("alice", "Alice")
+    await handed_off(shopper, "我要人工客服")
+    await alice.send({"type": "take_over", "conversation": shopper.conversation})
+    await shopper.until("status")
+    await alice.comm.disconnect()
+    await expire_leases("alice")
+    assert await sweeper.release_gone_agents() == 1
+    assert await shopper.recv() == {"type": "status", "status": "bot"}
+    notice = await shopper.recv()
+    assert notice["text"] == "Alice 暂时离开了。在此期间由我继续为您解答。"
+    assert (await conversation(shopper.conversation)).status == "bot"
+    assert await shopper.comm.receive_nothing(timeout=0.5)  # nothing unanswered: no bot answer
+
+
+async def test_every_process_sweeps_on_its_own(make_client, make_agent, faq, settings):
+    from chat import sweeper
+
+    settings.KEFU_AGENT_SWEEP_S = 0.1
+    try:
+        shopper = await make_client()
+        await shopper.hello()
+        alice = await make_agent("alice", "Alice")
+        await handed_off(shopper)
+        await alice.send({"type": "take_over", "conversation": shopper.conversation})
+        await shopper.until("status")
+        await alice.comm.disconnect()
+        await expire_leases("alice")
+        frames = await shopper.until("status")  # no explicit sweep: the process's sweeper found it
+        assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+    finally:
+        await sweeper.stop_sweeper()
+
+
 async def test_an_agent_message_resent_after_a_reconnect_is_stored_and_delivered_once(make_client, make_agent, faq):
     shopper = await make_client()
     await shopper.hello()

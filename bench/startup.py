@@ -87,9 +87,10 @@ def main() -> int:
             clone = Path(tmp) / "kefu"
             subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
             t0 = time.monotonic()
-            subprocess.run(["make", "-s", "install"], cwd=clone, check=True, stdout=subprocess.DEVNULL)
-            install_s = time.monotonic() - t0
             log = Path(tmp) / "run.log"
+            with log.open("wb") as out:
+                subprocess.run(["make", "-s", "install"], cwd=clone, check=True, stdout=out, stderr=out)
+            install_s = time.monotonic() - t0
             port = free_port()
             first.append(timed_start(clone, port, log, args.timeout_s))
             restart.append(timed_start(clone, port, log, args.timeout_s))

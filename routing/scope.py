@@ -191,9 +191,17 @@ class ScopeClassifier:
         ]
         extra = [t for t in dict.fromkeys(extra_in_scope) if isinstance(t, str) and t.strip() and t not in in_set]
 
-        vecs = np.asarray(embedder.embed(inside + outside + extra), dtype=np.float32)
+        # Two batches: the seed never changes, so its batch is read from the embedder's disk cache
+        # at every retrain; the store's phrasings change with the FAQ (one batch with them made
+        # every retrain embed the ~800 seed phrasings again: seconds of both cores).
+        seed_vecs = np.asarray(embedder.embed(inside + outside), dtype=np.float32)
         n_in, n_out = len(inside), len(outside)
-        x_in, x_out, x_extra = vecs[:n_in], vecs[n_in : n_in + n_out], vecs[n_in + n_out :]
+        x_in, x_out = seed_vecs[:n_in], seed_vecs[n_in:]
+        x_extra = (
+            np.asarray(embedder.embed(extra), dtype=np.float32)
+            if extra
+            else np.zeros((0, seed_vecs.shape[1]), dtype=np.float32)
+        )
 
         # The regression is fitted on the seed only, with leave-one-out neighbour features (a
         # row's own similarity, 1.0, must not count). The store's FAQ phrasings join the
@@ -203,7 +211,6 @@ class ScopeClassifier:
         # to expect that much similarity from any in-scope text), which would make the
         # threshold depend on the store. This way, with a negative weight on the in-scope
         # neighbour similarity (checked below), more FAQ can only lower P(out of scope).
-        seed_vecs = vecs[: n_in + n_out]
         sim_in = seed_vecs @ x_in.T
         sim_out = seed_vecs @ x_out.T
         sim_in[np.arange(n_in), np.arange(n_in)] = -1.0

@@ -120,6 +120,19 @@ async def handed_off(shopper: Any, text: str = "can I talk to a human please") -
     return await shopper.until("status")
 
 
+async def held_by_alice(
+    make_client: Any, make_agent: Any, *, locale: str = "en", ask: str = "can I talk to a human please"
+) -> tuple[Any, Any]:
+    """A shopper who asked for a person, and Alice, who took the conversation over: ``(shopper, alice)``."""
+    shopper = await make_client()
+    await shopper.hello(locale=locale)
+    alice = await make_agent("alice", "Alice")
+    await handed_off(shopper, ask)
+    await alice.send({"type": "take_over", "conversation": shopper.conversation})
+    assert (await shopper.until("status"))[-1] == {"type": "status", "status": "agent", "agent": "Alice"}
+    return shopper, alice
+
+
 # --- security ------------------------------------------------------------------------------
 
 
@@ -314,12 +327,7 @@ async def test_take_over_exchange_and_hand_back(make_client, make_agent, faq):
 async def test_hand_back_answers_what_the_shopper_sent_after_the_agent_as_one_question(
     make_client, make_agent, faq, remote
 ):
-    shopper = await make_client()
-    await shopper.hello()
-    alice = await make_agent("alice", "Alice")
-    await handed_off(shopper)
-    await alice.send({"type": "take_over", "conversation": shopper.conversation})
-    await shopper.until("status")
+    shopper, alice = await held_by_alice(make_client, make_agent)
     fragments = ["Does the walnut floor lamp come with a dimmer switch?", "and is the shade linen?"]
     acks = []
     for text in fragments:
@@ -350,12 +358,7 @@ async def test_hand_back_answers_what_the_shopper_sent_after_the_agent_as_one_qu
 
 
 async def test_hand_back_after_the_agent_answered_everything_adds_no_bot_answer(make_client, make_agent, faq):
-    shopper = await make_client()
-    await shopper.hello()
-    alice = await make_agent("alice", "Alice")
-    await handed_off(shopper)
-    await alice.send({"type": "take_over", "conversation": shopper.conversation})
-    await shopper.until("status")
+    shopper, alice = await held_by_alice(make_client, make_agent)
     await shopper.say("my parcel arrived broken")
     await shopper.recv()
     await alice.send({"type": "message", "conversation": shopper.conversation, "text": "A new one ships today."})
@@ -417,12 +420,7 @@ async def test_a_heartbeat_moves_the_lease_ahead(make_agent, settings):
 async def test_an_agent_who_vanishes_gives_the_conversation_back_and_the_shopper_is_told(make_client, make_agent, faq):
     from chat import sweeper
 
-    shopper = await make_client()
-    await shopper.hello()
-    alice = await make_agent("alice", "Alice")
-    await handed_off(shopper)
-    await alice.send({"type": "take_over", "conversation": shopper.conversation})
-    await shopper.until("status")
+    shopper, alice = await held_by_alice(make_client, make_agent)
     await shopper.say("how long does delivery take?")
     ack = await shopper.recv()
     await alice.comm.disconnect()  # the browser closed
@@ -448,12 +446,7 @@ async def test_with_the_bot_action_the_bot_takes_the_conversation_back(make_clie
     from chat import sweeper
 
     settings.KEFU_AGENT_GONE_ACTION = "bot"
-    shopper = await make_client()
-    await shopper.hello(locale="zh")
-    alice = await make_agent("alice", "Alice")
-    await handed_off(shopper, "我要人工客服")
-    await alice.send({"type": "take_over", "conversation": shopper.conversation})
-    await shopper.until("status")
+    shopper, alice = await held_by_alice(make_client, make_agent, locale="zh", ask="我要人工客服")
     await alice.comm.disconnect()
     await expire_leases("alice")
     assert await sweeper.release_gone_agents() == 1
@@ -469,12 +462,7 @@ async def test_every_process_sweeps_on_its_own(make_client, make_agent, faq, set
 
     settings.KEFU_AGENT_SWEEP_S = 0.1
     try:
-        shopper = await make_client()
-        await shopper.hello()
-        alice = await make_agent("alice", "Alice")
-        await handed_off(shopper)
-        await alice.send({"type": "take_over", "conversation": shopper.conversation})
-        await shopper.until("status")
+        shopper, alice = await held_by_alice(make_client, make_agent)
         await alice.comm.disconnect()
         await expire_leases("alice")
         frames = await shopper.until("status")  # no explicit sweep: the process's sweeper found it

@@ -64,14 +64,28 @@ def test_faq_changed_returns_at_once_and_the_old_model_answers_until_the_new_one
 @pytest.mark.django_db(transaction=True)
 def test_writes_during_a_retrain_are_trained_on_by_one_more_retrain(faq, held_training):
     started, release = held_training
+    add_entry()
     faq_changed()
     assert started.wait(30)
-    add_entry()  # written while the first retrain trains on the old rows
-    faq_changed()
+    faq_import(
+        [
+            validate(
+                {
+                    **NEW_ENTRY,
+                    "intent": "gift_cards",
+                    "question": "Do you sell gift cards?",
+                    "variants": ["can I buy a gift card", "gift vouchers"],
+                    "answer": "Yes, from $10.",
+                },
+                1,
+            )
+        ]
+    )
+    faq_changed()  # written while the first retrain trains on the rows before it
     faq_changed()
     release.set()
     assert registry.wait_retrained(60)
-    assert "gift_wrap" in {e.intent for e in registry.entries.values()}
+    assert {"gift_wrap", "gift_cards"} <= {e.intent for e in registry.entries.values()}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -85,7 +99,7 @@ def test_saving_an_entry_in_the_admin_does_not_wait_for_the_training(admin_clien
             "locale": entry.locale,
             "question": entry.question,
             "answer": entry.answer + " (updated)",
-            "variants": "[]",
+            "variants": '["a phrasing added in the admin"]',  # a phrasing changed: a retrain
             "active": "on",
         },
     )
@@ -110,3 +124,25 @@ async def test_chats_are_answered_while_the_faq_retrains(make_client, faq, held_
     end = (await shopper.until("stream.end"))[-1]  # the sync thread is free; the old model answers
     assert end["route"] == "faq" and end["text"].startswith("Orders ship within 1 business day")
     release.set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_of_an_answer_alone_swaps_the_entries_in_without_training(faq, monkeypatch):
+    calls: list[int] = []
+    train = registry_module.FaqModel.train
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(registry_module.FaqModel, "train", counted)
+    old = registry.snapshot
+    entry = old.entries[min(old.entries)]
+    from routing.models import FaqEntry
+
+    FaqEntry.objects.filter(pk=entry.entry_id).update(answer="A new answer text.")
+    faq_changed()
+    assert registry.wait_retrained(60)
+    assert calls == []  # nothing the models learn from changed
+    assert registry.snapshot is not old and registry.model is old.model and registry.scope is old.scope
+    assert registry.entries[entry.entry_id].answer == "A new answer text."

@@ -119,6 +119,11 @@ class Message(models.Model):
 
     class Meta:
         ordering = ["conversation", "seq"]
+        # The sweeper looks for answers left streaming by a dead process (chat.sweeper): a small
+        # index of the streaming rows only.
+        indexes = [
+            models.Index(fields=["created_at"], condition=models.Q(state="streaming"), name="message_streaming_created")
+        ]
         constraints = [
             models.UniqueConstraint(fields=["conversation", "seq"], name="message_unique_seq"),
             models.UniqueConstraint(

@@ -1,4 +1,5 @@
-"""The conversations of agents who vanished go back to the queue or the bot.
+"""What a vanished agent or a dead process left behind: conversations held by an agent who is
+gone go back to the queue or the bot, and answers left streaming are finished and asked again.
 
 An agent whose console leases all ran out (``chat.presence``) is gone. Every process sweeps for
 them every ``KEFU_AGENT_SWEEP_S`` seconds (5; 0 turns the sweeper off), from the first socket it
@@ -7,6 +8,10 @@ serves: each conversation such an agent held goes back to the queue
 or to the bot (``bot``). The shopper is told with a stored system message, and what they sent
 since anyone last replied is answered. The release is a conditional UPDATE, so of several
 sweeping processes exactly one releases a conversation and tells the shopper.
+
+The same sweep finishes answers left ``streaming`` by a process that died mid-answer
+(:func:`finish_orphaned_answers`): the shopper sees the partial answer marked interrupted, and
+the question is answered again.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import weakref
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from . import answering, events, services
+from . import answering, events, services, streams
+from .models import ConversationStatus
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,40 @@ async def release_gone_agents() -> int:
         await events.publish(change.conversation_id, events.message_frame(notice))
         answering.answer_as_one(messages=back.unanswered, conversation=back.conversation)
     return len(released)
+
+
+INTERRUPTED = {
+    "en": "The answer was interrupted. Answering your question again…",
+    "zh": "回答中断了，正在重新为您解答…",
+}
+
+
+async def finish_orphaned_answers() -> int:
+    """Finish every answer left streaming by a process that died (``KEFU_ORPHAN_AFTER_S`` after
+    its row was written): the row is stored as cut with the text the shopper had (the stream
+    buffer, when it survived), every socket gets its ``stream.end`` (``cut: true``) and an
+    ``error`` ``unavailable``, and the question is answered again unless an agent holds the
+    conversation. Each orphan is finished once however many processes sweep (a conditional
+    update). Returns how many this call finished."""
+    orphans = await database_sync_to_async(services.orphaned_answers)(older_than_s=settings.KEFU_ORPHAN_AFTER_S)
+    finished = 0
+    for orphan in orphans:
+        live = await streams.get(orphan.answer.pk)
+        row = await database_sync_to_async(services.orphan_finish)(
+            message_id=orphan.answer.pk, text=live.text if live is not None else ""
+        )
+        if row is None:
+            continue  # another process finished it
+        finished += 1
+        conversation = orphan.conversation
+        log.warning("answer %s of %s was left streaming; finished as cut", row.pk, conversation.pk)
+        await streams.end(row.pk)
+        await events.publish(conversation.pk, events.stream_end_frame(row))
+        text = INTERRUPTED.get(conversation.locale, INTERRUPTED["en"])
+        await events.publish(conversation.pk, {"type": "error", "code": "unavailable", "message": text})
+        if orphan.question is not None and conversation.status != ConversationStatus.AGENT:
+            answering.answer_as_one(messages=[orphan.question], conversation=conversation)
+    return finished
 
 
 _sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
@@ -60,6 +100,10 @@ async def _sweep() -> None:
             await release_gone_agents()
         except Exception:  # the task's edge: a failed sweep is logged and tried again next time
             log.exception("releasing the conversations of gone agents failed")
+        try:
+            await finish_orphaned_answers()
+        except Exception:  # the task's edge, as above
+            log.exception("finishing orphaned answers failed")
 
 
 async def stop_sweeper() -> None:

@@ -187,6 +187,10 @@ KEFU_AGENT_LEASE_S = _env("float", "KEFU_AGENT_LEASE_S", default=30.0)
 KEFU_AGENT_HEARTBEAT_S = _env("float", "KEFU_AGENT_HEARTBEAT_S", default=10.0)
 KEFU_AGENT_GONE_ACTION = env.str("KEFU_AGENT_GONE_ACTION", default="queue")
 KEFU_AGENT_SWEEP_S = _env("float", "KEFU_AGENT_SWEEP_S", default=5.0)
+# An answer still streaming this long after its row was written was left by a process that died
+# (no answer streams longer: a tier's first token within KEFU_LLM_FIRST_TOKEN_TIMEOUT_S, the whole
+# answer within KEFU_LLM_TOTAL_TIMEOUT_S): the sweeper finishes it as cut and answers again, seconds.
+KEFU_ORPHAN_AFTER_S = _env("float", "KEFU_ORPHAN_AFTER_S", default=120.0)
 if KEFU_AGENT_GONE_ACTION not in ("queue", "bot"):
     raise ImproperlyConfigured(f"KEFU_AGENT_GONE_ACTION must be 'queue' or 'bot', not {KEFU_AGENT_GONE_ACTION!r}")
 if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:

@@ -348,6 +348,23 @@ def _tier_classifier_trained(django_db_setup: Any, django_db_blocker: Any) -> No
 
     with django_db_blocker.unblock():
         get_classifier()
+        _router_ready()
+
+
+def _router_ready() -> None:
+    """The ASGI app (imported by the tests' sockets) starts the router as a server does: its first
+    FAQ load and its warm-up run in the background, and until they end every shopper message
+    waits with a ``notice`` frame (tests/chat/test_readiness.py). The suite starts once they
+    ended, so that no test's frames depend on the order the tests run in."""
+    import config.asgi  # noqa: F401  (starts the router)
+    from routing import services as router
+    from routing import warmup
+
+    assert warmup.wait(300) != "loading", "the router's warm-up did not end within 300 s"
+    deadline = time.monotonic() + 300
+    while not router.router_ready():
+        assert time.monotonic() < deadline, "the router was not ready within 300 s"
+        time.sleep(0.1)
 
 
 @pytest.fixture

@@ -28,12 +28,23 @@ from .conversations import (
     conversation_start,
     next_seq,
 )
-from .messages import Received, answer_claim, bot_message_begin, bot_message_finish, feedback_record, message_receive
+from .messages import (
+    Orphan,
+    Received,
+    answer_claim,
+    bot_message_begin,
+    bot_message_finish,
+    feedback_record,
+    message_receive,
+    orphan_finish,
+    orphaned_answers,
+)
 
 __all__ = [
     "CacheWrongResult",
     "Escalation",
     "HandBack",
+    "Orphan",
     "OwnerChange",
     "Received",
     "agent_display_name",
@@ -54,5 +65,7 @@ __all__ = [
     "message_receive",
     "next_seq",
     "note_add",
+    "orphan_finish",
+    "orphaned_answers",
     "unanswered_by_anyone",
 ]

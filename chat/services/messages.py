@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from routing.types import AnswerRecord
 
@@ -162,3 +164,43 @@ def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: o
     )
     if not updated:
         raise InvalidFeedback("no such bot message in this conversation")
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """An answer left streaming by a process that died: the bot row, the shopper message it
+    answers (None when it cannot be found) and its conversation."""
+
+    answer: Message
+    question: Message | None
+    conversation: Conversation
+
+
+def orphaned_answers(*, older_than_s: float) -> list[Orphan]:
+    """Bot rows still ``streaming`` more than ``older_than_s`` seconds after they were written
+    (no answer streams that long: its process died), oldest first, at most 100."""
+    cut = timezone.now() - timedelta(seconds=older_than_s)
+    rows = list(
+        Message.objects.filter(state=MessageState.STREAMING, created_at__lt=cut)
+        .select_related("conversation")
+        .order_by("created_at")[:100]
+    )
+    out = []
+    for row in rows:
+        question = (
+            Message.objects.filter(conversation_id=row.conversation_id, seq=row.reply_to_seq, role=Role.SHOPPER).first()
+            if row.reply_to_seq is not None
+            else None
+        )
+        out.append(Orphan(answer=row, question=question, conversation=row.conversation))
+    return out
+
+
+def orphan_finish(*, message_id: int, text: str) -> Message | None:
+    """Finish an orphaned answer as cut with ``text`` (what the shopper had of it, "" when
+    nothing is left): the row, or None when another process finished it first (a conditional
+    update on ``state``)."""
+    done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
+        text=text, cut=True, state=MessageState.DONE
+    )
+    return Message.objects.get(pk=message_id) if done else None

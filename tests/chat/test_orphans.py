@@ -1,0 +1,85 @@
+"""An answer left streaming by a process that died (kill -9 mid-answer) is finished by the sweep
+of a live process: the shopper sees the partial answer marked interrupted, and the question is
+answered again. Nothing is left `streaming`, and nothing the shopper asked is left unanswered."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from chat import services, streams, sweeper
+from chat.models import Conversation, Message
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+QUESTION = "how long does delivery take?"
+PARTIAL = "Orders ship wi"
+
+
+@database_sync_to_async
+def killed_mid_answer(*, age_s: float) -> tuple[Conversation, str, Message]:
+    """A conversation as a worker killed mid-answer leaves it: the question stored and claimed, the
+    bot row ``streaming``, written ``age_s`` seconds ago."""
+    conv, token = services.conversation_start(locale="en")
+    Message.objects.create(conversation=conv, seq=1, role="shopper", text=QUESTION, client_id="c-1")
+    bot = Message.objects.create(conversation=conv, seq=2, role="bot", route="faq", state="streaming", reply_to_seq=1)
+    Message.objects.filter(pk=bot.pk).update(created_at=timezone.now() - timedelta(seconds=age_s))
+    Conversation.objects.filter(pk=conv.pk).update(last_seq=2, answered_seq=1)
+    return conv, token, bot
+
+
+@database_sync_to_async
+def rows(conversation_id: Any) -> list[tuple[int, str, str, str, bool, int | None]]:
+    return list(
+        Message.objects.filter(conversation_id=conversation_id)
+        .order_by("seq")
+        .values_list("seq", "role", "state", "text", "cut", "reply_to_seq")
+    )
+
+
+async def test_an_orphaned_answer_is_finished_as_cut_and_the_question_answered_again(make_client, faq, settings):
+    conv, token, bot = await killed_mid_answer(age_s=settings.KEFU_ORPHAN_AFTER_S + 5)
+    await streams.begin(message_id=bot.pk, seq=2, route="faq")  # the buffer survived (Redis in production)
+    await streams.append(message_id=bot.pk, text=PARTIAL)
+    shopper = await make_client()
+    await shopper.hello(conversation=str(conv.pk), token=token)
+    replay = await shopper.until("stream.delta")
+    assert [f["type"] for f in replay[-2:]] == ["stream.start", "stream.delta"] and replay[-1]["text"] == PARTIAL
+
+    assert await sweeper.finish_orphaned_answers() == 1
+
+    end = await shopper.recv()
+    assert (end["type"], end["id"], end["cut"], end["text"]) == ("stream.end", bot.pk, True, PARTIAL)
+    error = await shopper.recv()
+    assert error["type"] == "error" and error["code"] == "unavailable"
+    again = await shopper.until("stream.end")
+    assert again[0]["type"] == "stream.start" and again[0]["id"] != bot.pk
+    assert again[-1]["route"] == "faq" and again[-1]["text"].startswith("Orders ship within 1 business day")
+    stored = await rows(conv.pk)
+    assert stored[1] == (2, "bot", "done", PARTIAL, True, 1)
+    assert stored[2][:3] == (3, "bot", "done") and stored[2][5] == 1  # the new answer replies to the question
+    assert await sweeper.finish_orphaned_answers() == 0  # finished once
+
+
+async def test_an_answer_still_within_its_time_is_left_alone(make_client, faq):
+    conv, _token, bot = await killed_mid_answer(age_s=1)
+    assert await sweeper.finish_orphaned_answers() == 0
+    row = await database_sync_to_async(Message.objects.get)(pk=bot.pk)
+    assert row.state == "streaming"
+
+
+async def test_an_orphan_whose_buffer_is_gone_ends_empty_and_is_answered_again(make_client, faq, settings):
+    conv, token, bot = await killed_mid_answer(age_s=settings.KEFU_ORPHAN_AFTER_S + 5)
+    shopper = await make_client()
+    await shopper.hello(conversation=str(conv.pk), token=token)
+    await shopper.recv()  # the replayed question
+    assert await sweeper.finish_orphaned_answers() == 1
+    frames = await shopper.until("stream.end")  # the orphan's end (its start sent first: never seen)
+    assert frames[-1]["id"] == bot.pk and frames[-1]["cut"] is True and frames[-1]["text"] == ""
+    again = await shopper.until("stream.end")
+    assert again[-1]["route"] == "faq"
+    assert (await rows(conv.pk))[1][2:5] == ("done", "", True)

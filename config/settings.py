@@ -256,6 +256,17 @@ KEFU_TIERS = {
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
+# An answer may stream for its first-token budget and then its whole-answer budget: an orphan
+# threshold under that would finish live answers as cut (chat/sweeper.py).
+_LONGEST_ANSWER_S = max(
+    (t["first_token_timeout_s"] or KEFU_LLM_FIRST_TOKEN_TIMEOUT_S) + (t["total_timeout_s"] or KEFU_LLM_TOTAL_TIMEOUT_S)
+    for t in KEFU_TIERS.values()
+)
+if KEFU_ORPHAN_AFTER_S <= _LONGEST_ANSWER_S:
+    raise ImproperlyConfigured(
+        f"KEFU_ORPHAN_AFTER_S={KEFU_ORPHAN_AFTER_S:g} must be longer than the longest an answer may stream "
+        f"({_LONGEST_ANSWER_S:g} s: the first-token plus the total timeout of the slowest tier)"
+    )
 # Tier classifier (routing/classifier.py, docs/routing.md): keyword rules file (handoff or a tier),
 # the learned model's confidence below which the more expensive of its top two tiers answers
 # (bench/tier_eval.py chose it), and a switch (off: `simple` answers, fallbacks as before).

@@ -32,3 +32,10 @@ def test_embedded_defaults_need_no_environment():
     result = check()
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
+
+
+def test_an_orphan_threshold_shorter_than_an_answer_may_stream_is_refused():
+    result = check(KEFU_ORPHAN_AFTER_S="30")
+    assert result.returncode != 0
+    assert "KEFU_ORPHAN_AFTER_S=30 must be longer than the longest an answer may stream (75 s" in result.stderr
+    assert check(KEFU_ORPHAN_AFTER_S="30", KEFU_LLM_TOTAL_TIMEOUT_S="10").returncode == 0

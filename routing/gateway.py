@@ -31,14 +31,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from cache_layer import services as cache
 from lib.text import detect_locale
 
-from . import answers, classify, prompt
+from . import answers, classify, prompt, strategy
 from .ledger import cost_usd
 from .models import ApiKey
 from .providers.base import ChatRequest, Usage
@@ -285,26 +283,10 @@ async def plan(req: GatewayRequest) -> Plan:
 
 
 async def offer_to_cache(p: Plan, *, text: str, model: str) -> None:
-    """Offer a bare question's complete remote answer to the answer cache (its policy may refuse).
-    A failure is logged, never raised: the cache is an optimisation."""
-    if not (p.offer_to_cache and text and settings.KEFU_CACHE_ENABLED):
-        return
-    d = p.decision
-    try:
-        await database_sync_to_async(cache.store)(
-            question=p.question,
-            answer=text,
-            scope=d.cache_scope,
-            embedding=d.cache_vector,
-            route=d.route,
-            model=model,
-            grounded_on=d.grounded_on,
-            prompt_version=prompt.SYSTEM_PROMPT_VERSION,
-            cut=False,
-            locale=d.locale,
-        )
-    except Exception:  # the cache's edge: the answer was already sent
-        log.exception("offering a gateway answer to the cache failed")
+    """Offer a bare question's complete remote answer to the answer cache
+    (``routing.strategy.offer_to_cache``: its policy may refuse it; never raises)."""
+    if p.offer_to_cache:
+        await strategy.offer_to_cache(p.decision, question=p.question, text=text, model=model)
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any]:

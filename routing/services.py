@@ -23,15 +23,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
-from channels.db import database_sync_to_async
-
 from cache_layer import audit as cache_audit
-from cache_layer import services as cache
 
 from . import answers, classify, ledger, singleflight, strategy, tasks, warmup
 from . import summary as summaries
 from .complete import complete_decision
-from .prompt import SYSTEM_PROMPT_VERSION
 from .providers.base import ProviderError, StreamDone, TextDelta
 from .registry import registry
 from .replies import person_request_words
@@ -211,22 +207,10 @@ class Answer:
         if record is None or record.cut:
             return
         decision, question = self._decision, self._question
-        if record.route.startswith("llm.") and decision.cache_scope and record.text:
-            try:
-                await database_sync_to_async(cache.store)(
-                    question=decision.cache_question or question.text,
-                    answer=record.text,
-                    scope=decision.cache_scope,
-                    embedding=decision.cache_vector,
-                    route=record.route,
-                    model=record.model,
-                    grounded_on=decision.grounded_on,
-                    prompt_version=SYSTEM_PROMPT_VERSION,
-                    cut=False,
-                    locale=decision.locale,
-                )
-            except Exception:  # the cache is an optimisation: a failure to store is logged, not shown
-                log.exception("storing the answer to message %s in the cache failed", question.message_id)
+        if record.route.startswith("llm."):
+            await strategy.offer_to_cache(
+                decision, question=decision.cache_question or question.text, text=record.text, model=record.model
+            )
         elif record.route == "cache.semantic" and decision.cache_entry_id is not None:
             try:
                 await tasks.maybe_audit_async(

@@ -12,6 +12,8 @@ Order of checks (docs/routing.md):
 
 from __future__ import annotations
 
+import logging
+
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -29,6 +31,8 @@ from .registry import registry
 from .replies import small_talk_reply, wants_human
 from .tiers import provider_for, tier_model
 from .types import CallContext, Decision, HistoryLoader, Question
+
+log = logging.getLogger(__name__)
 
 
 def handoff_decision(*, locale: str, reason: str) -> Decision:
@@ -126,3 +130,28 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
             cache_question=cache_question,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
+
+
+async def offer_to_cache(decision: Decision, *, question: str, text: str, model: str) -> None:
+    """Offer a complete remote answer ``text`` (by ``model``) to ``question`` to the answer cache,
+    in the decision's cache scope, with the FAQ entries it was grounded on; the cache's policy may
+    refuse it (personal data, follow-ups...). Nothing when the decision has no cache scope, the
+    text is empty or the cache is off. Never raises: a failure is logged (the cache is an
+    optimisation, and the answer already reached the asker)."""
+    if not (decision.cache_scope and text and settings.KEFU_CACHE_ENABLED):
+        return
+    try:
+        await database_sync_to_async(cache.store)(
+            question=question,
+            answer=text,
+            scope=decision.cache_scope,
+            embedding=decision.cache_vector,
+            route=decision.route,
+            model=model,
+            grounded_on=decision.grounded_on,
+            prompt_version=prompt.SYSTEM_PROMPT_VERSION,
+            cut=False,
+            locale=decision.locale,
+        )
+    except Exception:  # the cache's edge
+        log.exception("storing a remote answer in the answer cache failed (scope %s)", decision.cache_scope)

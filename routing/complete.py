@@ -80,7 +80,7 @@ async def complete_decision(decision: Decision, *, context: CallContext) -> Comp
     Raises ``ProviderError``; ``ValueError`` when ``decision`` is not a remote one."""
     if decision.request is None or decision.tier is None:
         raise ValueError("complete_decision needs a remote decision (request and tier)")
-    requested = decision.request.model
+    original = decision.request
     texts: list[str] = []
     done: StreamDone | None = None
     async with aclosing(stream_with_fallback(decision, context=context)) as stream:
@@ -89,7 +89,7 @@ async def complete_decision(decision: Decision, *, context: CallContext) -> Comp
                 texts.append(item.text)
             elif isinstance(item, StreamDone):
                 done = item
-    answered_by = decision.request.model if decision.request is not None else requested
+    answered_by = (decision.request or original).model  # the tier that answered, after any fallback
     return Completion(
         text="".join(texts),
         tier=decision.tier,

@@ -34,6 +34,8 @@ from typing import Protocol, TypedDict
 
 from django.conf import settings
 
+from lib.redis_conn import redis_options
+
 from .config import cache_config
 
 DEFAULT_PREFIX = "kefu:cache:exact"
@@ -160,8 +162,17 @@ class RedisExactStore:
         import redis
 
         self.prefix = prefix.rstrip(":")
+        # A dead pooled connection is replaced and the command sent once more; a timeout is not
+        # retried (the database answers instead, within the lookup's budget).
         self._redis = redis.Redis.from_url(
-            url, socket_timeout=timeout_ms / 1000, socket_connect_timeout=timeout_ms / 1000
+            url,
+            **redis_options(
+                asyncio=False,
+                socket_timeout_s=timeout_ms / 1000,
+                connect_timeout_s=timeout_ms / 1000,
+                retries=1,
+                retry_timeouts=False,
+            ),
         )
 
     def key(self, scope: str, key_hash: str) -> str:

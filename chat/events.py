@@ -8,15 +8,18 @@ already got the text so far can drop what it has (see ``ShopperConsumer.chat_fra
 
 from __future__ import annotations
 
+import logging
 import uuid
 from decimal import Decimal
 from typing import Any
 
 from channels.layers import get_channel_layer
 
-from . import fencing
+from . import fencing, regroup
 from .models import Message
 from .protocol import MessageFrame, StreamEndFrame, Usage
+
+log = logging.getLogger(__name__)
 
 
 def conversation_group(conversation_id: uuid.UUID | str) -> str:
@@ -72,18 +75,41 @@ def stream_end_frame(msg: Message) -> StreamEndFrame:
 _LISTED = frozenset({"message", "stream.end", "status"})
 
 
-async def publish(conversation_id: uuid.UUID | str, frame: Any, **extra: Any) -> None:
+async def _group_send(group: str, event: dict[str, Any]) -> bool:
+    """``group_send`` that reports a failure of the layer instead of raising it: False (logged)
+    when the layer could not take the event even after its connection retries
+    (lib/redis_conn.py); the sockets of the group this process serves get it anyway. Live
+    frames are a copy of what is stored; a socket that missed one catches up from the stored
+    messages when it resumes."""
+    try:
+        await get_channel_layer().group_send(group, event)
+        return True
+    except Exception as e:  # Redis down beyond the retries: the stored rows remain the truth
+        # This process's own sockets in the group still get it (chat.regroup.deliver_locally).
+        local = await regroup.deliver_locally(group, event)
+        log.warning(
+            "publishing a %s frame to %s failed (%r); delivered to %d local sockets",
+            event.get("frame", {}).get("type"),
+            group,
+            e,
+            local,
+        )
+        return False
+
+
+async def publish(conversation_id: uuid.UUID | str, frame: Any, **extra: Any) -> bool:
     """Send ``frame`` to every socket of the conversation (call only after the write committed):
     the shopper's sockets and the agent sockets following it. The event also names the
     conversation (``conversation``, for agent sockets). Stored messages, stream ends and status
-    changes are also summarised to every agent console (group ``agents``)."""
-    layer = get_channel_layer()
+    changes are also summarised to every agent console (group ``agents``). Never raises for a
+    failing layer: returns False (logged) when the conversation's group could not be sent to."""
     cid = str(conversation_id)
-    await layer.group_send(
+    sent = await _group_send(
         conversation_group(cid), {"type": "chat.frame", "frame": frame, "conversation": cid, **extra}
     )
     if frame.get("type") in _LISTED:
         await publish_agents(_list_update(cid, frame))
+    return sent
 
 
 # --- Staff-only events (agent console; docs/console.md). The shopper's sockets never join these groups.
@@ -112,15 +138,17 @@ def _list_update(conversation_id: str, frame: Any) -> dict[str, Any]:
     return update
 
 
-async def publish_agents(frame: Any) -> None:
-    """Send ``frame`` to every agent console socket (after the write it describes committed)."""
-    await get_channel_layer().group_send(AGENTS_GROUP, {"type": "agents.frame", "frame": frame})
+async def publish_agents(frame: Any) -> bool:
+    """Send ``frame`` to every agent console socket (after the write it describes committed);
+    False (logged) when the layer failed."""
+    return await _group_send(AGENTS_GROUP, {"type": "agents.frame", "frame": frame})
 
 
-async def publish_staff(conversation_id: uuid.UUID | str, frame: Any) -> None:
-    """Send ``frame`` to the agent sockets following the conversation, never to the shopper."""
+async def publish_staff(conversation_id: uuid.UUID | str, frame: Any) -> bool:
+    """Send ``frame`` to the agent sockets following the conversation, never to the shopper;
+    False (logged) when the layer failed."""
     cid = str(conversation_id)
-    await get_channel_layer().group_send(staff_group(cid), {"type": "staff.frame", "frame": frame, "conversation": cid})
+    return await _group_send(staff_group(cid), {"type": "staff.frame", "frame": frame, "conversation": cid})
 
 
 async def publish_owner_change(*, conversation_id: uuid.UUID, status: str, agent: str, epoch: int) -> None:

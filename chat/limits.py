@@ -5,12 +5,16 @@ Redis when ``REDIS_URL`` is set, so all workers share one budget); the socket co
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 from django.conf import settings
 from limits import parse
+from redis.exceptions import RedisError
 
 from lib.ratelimit import moving_window
+
+log = logging.getLogger(__name__)
 
 _sockets: Counter[str] = Counter()
 _limiters = moving_window(key_prefix="kefu-limits")
@@ -31,6 +35,14 @@ def socket_close(address: str) -> None:
 
 
 async def message_allowed(address: str) -> bool:
-    """Take one message from ``address``'s budget of ``KEFU_MESSAGES_PER_MINUTE_PER_IP`` a minute."""
+    """Take one message from ``address``'s budget of ``KEFU_MESSAGES_PER_MINUTE_PER_IP`` a minute.
+
+    Fails open: when the limiter's Redis cannot be reached (even after its connection retries,
+    lib/redis_conn.py) the message is allowed and the failure logged; refusing every shopper's
+    message while Redis is down would lose more than an unmetered minute does."""
     item = parse(f"{settings.KEFU_MESSAGES_PER_MINUTE_PER_IP}/minute")
-    return await _limiters.get().hit(item, "shopper-msg", address)
+    try:
+        return await _limiters.get().hit(item, "shopper-msg", address)
+    except RedisError as e:
+        log.warning("message rate limit unavailable (%r); message allowed", e)
+        return True

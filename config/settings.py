@@ -17,6 +17,8 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from lib.redis_conn import LAYER_SOCKET_TIMEOUT_S, redis_options
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -109,13 +111,29 @@ REDIS_URL = env.str("REDIS_URL", default="")
 if REDIS_URL:
     # Capacity: a socket's queue must hold a burst of whole streamed answers (channels' default of
     # 100 frames silently drops the rest of a burst; found by a user test sending 10 messages).
+    # Every Redis client reconnects and retries after Redis drops its connections (lib/redis_conn.py).
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 60},
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        **redis_options(asyncio=True, socket_timeout_s=LAYER_SOCKET_TIMEOUT_S),
+                    }
+                ],
+                "capacity": 5000,
+                "expiry": 60,
+            },
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": redis_options(asyncio=False, socket_timeout_s=2.0),
+        }
+    }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
 else:
@@ -191,6 +209,9 @@ KEFU_AGENT_SWEEP_S = _env("float", "KEFU_AGENT_SWEEP_S", default=5.0)
 # (no answer streams longer: a tier's first token within KEFU_LLM_FIRST_TOKEN_TIMEOUT_S, the whole
 # answer within KEFU_LLM_TOTAL_TIMEOUT_S): the sweeper finishes it as cut and answers again, seconds.
 KEFU_ORPHAN_AFTER_S = _env("float", "KEFU_ORPHAN_AFTER_S", default=120.0)
+# Each process looks at the identity of the layer's Redis server this often, seconds, and its sockets
+# join their groups again when it changed (a restart or failover loses them; chat/regroup.py). 0: never.
+KEFU_REGROUP_POLL_S = _env("float", "KEFU_REGROUP_POLL_S", default=2.0)
 if KEFU_AGENT_GONE_ACTION not in ("queue", "bot"):
     raise ImproperlyConfigured(f"KEFU_AGENT_GONE_ACTION must be 'queue' or 'bot', not {KEFU_AGENT_GONE_ACTION!r}")
 if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:

@@ -8,6 +8,7 @@ from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from .loops import PerLoop
+from .redis_conn import redis_options
 
 
 def moving_window(*, key_prefix: str) -> PerLoop[MovingWindowRateLimiter]:
@@ -17,7 +18,12 @@ def moving_window(*, key_prefix: str) -> PerLoop[MovingWindowRateLimiter]:
     def make() -> MovingWindowRateLimiter:
         storage: Storage
         if settings.REDIS_URL:
-            storage = RedisStorage("async+" + settings.REDIS_URL, implementation="redispy", key_prefix=key_prefix)
+            storage = RedisStorage(
+                "async+" + settings.REDIS_URL,
+                implementation="redispy",
+                key_prefix=key_prefix,
+                **redis_options(asyncio=True, socket_timeout_s=1.0, retries=2),
+            )
         else:
             storage = MemoryStorage()
         return MovingWindowRateLimiter(storage)

@@ -23,6 +23,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from chat import regroup
 from routing import services as router
 
 from . import selectors as ops
@@ -189,6 +190,10 @@ async def healthz(request: HttpRequest) -> JsonResponse:
         name = await asyncio.wait_for(layer.new_channel(), 2)
         await asyncio.wait_for(layer.send(name, {"type": "healthz"}), 2)
         await asyncio.wait_for(layer.receive(name), 2)
+        if settings.REDIS_URL:
+            # A Redis that restarted lost its groups: this process's sockets join theirs again
+            # now rather than at the next poll (chat.regroup), so "ok" means frames flow again.
+            await asyncio.wait_for(regroup.check(), 2)
         result["channel_layer"] = "ok"
     except Exception as e:
         result["channel_layer"] = f"error: {type(e).__name__}"

@@ -16,6 +16,7 @@ have room, and the router decides (fall back, or wait when no other tier is left
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -25,8 +26,11 @@ from typing import Any, Literal
 
 from django.conf import settings
 from limits import RateLimitItemPerMinute
+from redis.exceptions import RedisError
 
 from lib.ratelimit import moving_window
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Refusal", "admit", "estimate_tokens", "release", "reset"]
 
@@ -92,6 +96,10 @@ async def admit(tier: str, *, tokens: int) -> Refusal | None:
                     return Refusal(reason, max(0.0, stats.reset_time - time.time()))
             for _reason, item, budget, cost in checks:
                 await limiter.hit(item, "tier", tier, budget, cost=cost)
+    except RedisError as e:
+        # Fails open: the shared budget's Redis is unreachable even after its retries. The
+        # upstream's own 429s (and the breaker) still protect the account meanwhile.
+        log.warning("tier %s rate budget unavailable (%r); request admitted", tier, e)
     except BaseException:
         release(tier)
         raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -299,6 +300,70 @@ def pg_database(pg_url: str) -> Iterator[str]:
     yield parts._replace(path="/" + name).geturl()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class PrivateRedis:
+    """A ``redis-server`` of the test's own, on its own port (faults are made here, never on the
+    machine's shared Redis): ``kill_clients()`` drops every client connection as a failover does,
+    ``restart()`` stops it (nothing persisted: every key and group membership is gone) and starts
+    it again on the same port."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.dir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while not self.ping():
+            assert time.monotonic() < deadline, "the private redis-server did not start"
+            time.sleep(0.05)
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.url, socket_timeout=2)
+
+    def ping(self) -> bool:
+        import redis
+
+        try:
+            with self.client() as r:
+                return bool(r.ping())
+        except redis.RedisError:
+            return False
+
+    def kill_clients(self) -> int:
+        """Close every normal client connection but the caller's: how many were closed."""
+        with self.client() as r:
+            return int(r.client_kill_filter(_type="normal", skipme=True))
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server is not installed")
+    server = PrivateRedis(tmp_path)
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ class AgentConsumer(FrameSocket):
             return
         self.user = user
         self.name = services.agent_display_name(user)
-        await self.channel_layer.group_add(events.AGENTS_GROUP, self.channel_name)
+        await self.join(events.AGENTS_GROUP)
         self.in_agents_group = True
         await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
         canned, queue, online = await database_sync_to_async(
@@ -64,19 +64,16 @@ class AgentConsumer(FrameSocket):
 
     async def _release(self) -> None:
         # The lease is left to run out (chat.presence): a console that reconnects is not a leave.
-        try:
-            if self.in_agents_group:
-                self.in_agents_group = False
-                await self.channel_layer.group_discard(events.AGENTS_GROUP, self.channel_name)
-            await self._unfollow()
-        except Exception:  # the layer is gone (shutdown): nothing left to leave
-            log.debug("group_discard failed", exc_info=True)
+        if self.in_agents_group:
+            self.in_agents_group = False
+            await self.leave(events.AGENTS_GROUP)
+        await self._unfollow()
 
     async def _unfollow(self) -> None:
         if self.following is not None:
             cid, self.following = self.following, None
-            await self.channel_layer.group_discard(events.conversation_group(cid), self.channel_name)
-            await self.channel_layer.group_discard(events.staff_group(cid), self.channel_name)
+            await self.leave(events.conversation_group(cid))
+            await self.leave(events.staff_group(cid))
 
     # --- client frames -------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -144,8 +141,8 @@ class AgentConsumer(FrameSocket):
         if self.following != cid:
             await self._unfollow()
             self.following = cid
-            await self.channel_layer.group_add(events.conversation_group(cid), self.channel_name)
-            await self.channel_layer.group_add(events.staff_group(cid), self.channel_name)
+            await self.join(events.conversation_group(cid))
+            await self.join(events.staff_group(cid))
         transcript = await database_sync_to_async(selectors.conversation_transcript)(conversation_id=cid)
         if transcript is None:
             await self._unfollow()

@@ -17,13 +17,16 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
-from .. import sweeper
+from .. import regroup, sweeper
 
 log = logging.getLogger(__name__)
 
 #: Close codes: refused (bad token, not an agent) and too many sockets from one address.
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_MANY = 4429
+#: The layer (Redis) is down even after retries: reconnect later. (The registry's 1013 "Try Again
+#: Later" would say the same, but Autobahn, under Daphne, lets a server close only with 1000 or 3000-4999.)
+CLOSE_TRY_AGAIN = 4503
 
 
 class FrameSocket(AsyncWebsocketConsumer):
@@ -34,6 +37,28 @@ class FrameSocket(AsyncWebsocketConsumer):
 
     async def _release(self) -> None:
         raise NotImplementedError
+
+    # --- groups ------------------------------------------------------------------------------
+    # The groups this socket is in are remembered so that they can be joined again when the
+    # layer's Redis lost them (a restart without persistence, a failover: ``chat.regroup``).
+
+    async def join(self, group: str) -> None:
+        """Join ``group`` (channel-layer ``group_add``). Raises what the layer raises."""
+        self.groups_joined.add(group)
+        await self.channel_layer.group_add(group, self.channel_name)
+
+    async def leave(self, group: str) -> None:
+        """Leave ``group``; a layer failure is logged (the membership expires in the layer anyway)."""
+        self.groups_joined.discard(group)
+        try:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception:  # the layer is gone (shutdown, Redis down): nothing left to leave
+            log.debug("group_discard of %s failed", group, exc_info=True)
+
+    async def rejoin(self) -> None:
+        """Join every group of this socket again (idempotent in the layer)."""
+        for group in list(self.groups_joined):
+            await self.channel_layer.group_add(group, self.channel_name)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Channels' ``AsyncConsumer.__call__``, with two differences:
@@ -49,12 +74,15 @@ class FrameSocket(AsyncWebsocketConsumer):
         self.channel_name = await self.channel_layer.new_channel()
         self.channel_receive = self._channel_receive
         self.base_send = send
+        self.groups_joined: set[str] = set()
         sweeper.ensure_sweeper()  # every process gives back the conversations of agents who vanished
+        regroup.register(self)  # and joins its sockets' groups again after Redis lost them
         try:
             await await_many_dispatch([receive, self.channel_receive], self.dispatch)
         except StopConsumer:
             pass
         finally:
+            regroup.unregister(self)
             await self._release()
 
     #: Waits between attempts after a failed channel-layer receive, seconds (then the last repeats).

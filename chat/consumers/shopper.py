@@ -18,7 +18,7 @@ from django.conf import settings
 from .. import answering, errors, events, limits, selectors, services, streams
 from ..models import MessageState
 from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_message
-from .base import CLOSE_FORBIDDEN, CLOSE_TOO_MANY, FrameSocket
+from .base import CLOSE_FORBIDDEN, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,8 @@ class ShopperConsumer(FrameSocket):
         if self.counted:
             limits.socket_close(self.address)
             self.counted = False
-        if self.conversation_id is not None and getattr(self, "channel_name", None):
-            try:
-                await self.channel_layer.group_discard(
-                    events.conversation_group(self.conversation_id), self.channel_name
-                )
-            except Exception:  # the layer is gone (shutdown): nothing left to leave
-                log.debug("group_discard failed", exc_info=True)
+        for group in list(getattr(self, "groups_joined", ())):
+            await self.leave(group)
 
     # --- client frames -------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -87,6 +82,19 @@ class ShopperConsumer(FrameSocket):
                 raise ProtocolError("invalid", f"unknown frame type {kind!r}")
         except ProtocolError as e:
             await self._send(error_frame(e.code, e.message, e.client_id))
+        except Exception:
+            # Redis, the channel layer or the database failed under this frame: the shopper gets an
+            # error frame (a message frame's client_id with it, so the widget can send it again;
+            # a resend is never stored twice), never a 1011 close. What was stored stays stored.
+            log.exception("handling a %r frame failed", kind)
+            client_id = content.get("client_id") if kind == "message" else None
+            await self._send(
+                error_frame(
+                    "unavailable",
+                    "Sorry, something went wrong on our side. Please try again.",
+                    client_id if isinstance(client_id, str) else None,
+                )
+            )
 
     async def on_hello(self, content: dict[str, Any]) -> None:
         if self.conversation_id is not None:
@@ -114,11 +122,19 @@ class ShopperConsumer(FrameSocket):
         else:
             conv, token = await database_sync_to_async(services.conversation_start)(locale=locale)
             resumed = False
-        self.conversation_id = conv.id
-        self.locale = conv.locale
         # Join before reading the replay: a frame published in between is then both replayed and
         # queued, and chat_frame drops the copy; the other order could lose it.
-        await self.channel_layer.group_add(events.conversation_group(conv.id), self.channel_name)
+        try:
+            await self.join(events.conversation_group(conv.id))
+        except Exception:
+            # The layer is down even after its retries (lib/redis_conn.py): tell the widget and
+            # close with 1013 "try again later"; it reconnects with backoff and resumes.
+            log.exception("joining the group of conversation %s failed", conv.id)
+            await self._send(error_frame("unavailable", "Sorry, the chat is briefly unavailable. Reconnecting…"))
+            await self.close(code=CLOSE_TRY_AGAIN)
+            return
+        self.conversation_id = conv.id
+        self.locale = conv.locale
         await self._send(
             {
                 "type": "conversation",
@@ -156,7 +172,7 @@ class ShopperConsumer(FrameSocket):
     async def on_message(self, content: dict[str, Any]) -> None:
         assert self.conversation_id is not None
         client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
-        if not await limits.message_allowed(self.address):
+        if not await limits.message_allowed(self.address):  # fails open when Redis is down
             raise ProtocolError("rate_limited", "too many messages; wait a moment and send again", client_id)
         answering.prepare(text=text, locale=self.locale)
         received = await database_sync_to_async(services.message_receive)(
@@ -169,7 +185,12 @@ class ShopperConsumer(FrameSocket):
             # A resend: the original acknowledgement again, to this socket only; nothing stored twice.
             await self._send(events.message_frame(received.message))
             return
-        await events.publish(self.conversation_id, events.message_frame(received.message))
+        published = await events.publish(self.conversation_id, events.message_frame(received.message))
+        if not published and received.message.pk not in self.sent_ids:
+            # Stored, but the layer could not take the acknowledgement: this socket gets it
+            # directly (unless the local delivery of chat.regroup already gave it).
+            self.sent_ids.add(received.message.pk)
+            await self._send(events.message_frame(received.message))
         if received.reopened:
             await events.publish(self.conversation_id, {"type": "status", "status": "bot"})
         if received.claimed is not None:

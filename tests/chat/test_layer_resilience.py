@@ -1,7 +1,7 @@
 """A shopper socket survives its channel layer failing under it (a Redis restart or failover):
 the consumer's channel-layer receive is retried instead of ending the consumer (which Daphne
 reports to the browser as a 1011 close). Real Redis: the layer's connections are killed with
-CLIENT KILL, as a restart does."""
+CLIENT KILL, as a restart does, on a private ``redis-server`` of the test's own."""
 
 from __future__ import annotations
 
@@ -9,18 +9,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from channels.layers import channel_layers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 @pytest.fixture
-def redis_layer(settings: Any, redis_url: str) -> Iterator[None]:
+def redis_layer(settings: Any, private_redis: Any) -> Iterator[None]:
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis_url], "prefix": "kefu-test-resilience"},
+            "CONFIG": {"hosts": [private_redis.url], "prefix": "kefu-test-resilience"},
         }
     }
     channel_layers.backends.clear()
@@ -28,17 +27,8 @@ def redis_layer(settings: Any, redis_url: str) -> Iterator[None]:
     channel_layers.backends.clear()
 
 
-def kill_other_redis_clients(redis_url: str) -> int:
-    """Close every normal client connection to Redis but this one (what a restart does to kefu)."""
-    r = redis.Redis.from_url(redis_url)
-    try:
-        return int(r.client_kill_filter(_type="normal", skipme=True))
-    finally:
-        r.close()
-
-
 async def test_socket_stays_open_and_answers_after_the_layers_connections_are_killed(
-    make_client: Any, faq: Any, redis_layer: None, redis_url: str
+    make_client: Any, faq: Any, redis_layer: None, private_redis: Any
 ) -> None:
     shopper = await make_client()
     await shopper.hello()
@@ -46,7 +36,7 @@ async def test_socket_stays_open_and_answers_after_the_layers_connections_are_ki
     first = await shopper.until("stream.end")
     assert first[-1]["text"] == "You can return unused items within 30 days for a full refund."
 
-    assert kill_other_redis_clients(redis_url) >= 1  # the layer's blocking receive among them
+    assert private_redis.kill_clients() >= 1  # the layer's blocking receive among them
 
     await shopper.say("how many days do I have to send an item back?")
     again = await shopper.until("stream.end", timeout=30)

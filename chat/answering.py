@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from contextlib import aclosing
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 
 from routing import services as router
-from routing.types import History, HistoryLoader, Question
+from routing.types import AnswerRecord, History, HistoryLoader, Question
 
 from . import errors, events, fencing, handoff, selectors, services, streams, tasks
 from .models import Conversation, ConversationStatus, Message
@@ -135,6 +136,44 @@ def history_loader(conversation_id: uuid.UUID) -> HistoryLoader:
     return load
 
 
+#: Waits before the attempts to store an answer's end again after the database failed, seconds.
+FINISH_RETRY_S = (0.2, 1.0, 3.0)
+
+
+async def _finish_row(message_id: int, record: AnswerRecord) -> Message | None:
+    """Store the answer's end (``services.bot_message_finish``), trying again after a database
+    failure; None when a sweep already finished it as an orphan, or when every attempt failed
+    (logged; its lease then runs out and a sweep finishes it)."""
+    for wait in (*FINISH_RETRY_S, None):
+        try:
+            return await database_sync_to_async(services.bot_message_finish)(message_id=message_id, record=record)
+        except Exception:
+            if wait is None:
+                log.exception("storing the end of answer %s failed; its lease will run out", message_id)
+                return None
+            log.warning("storing the end of answer %s failed; again in %.1f s", message_id, wait, exc_info=True)
+            await asyncio.sleep(wait)
+    return None
+
+
+async def _renew_lease(message_id: int, fence: fencing.Fence) -> None:
+    """Renew the lease of a streaming answer every third of ``KEFU_ANSWER_LEASE_S`` until
+    cancelled. When the row is found no longer streaming (a sweep took it for an orphan: this
+    process was too slow to renew), the stream is stopped through its fence."""
+    every = settings.KEFU_ANSWER_LEASE_S / 3
+    while True:
+        await asyncio.sleep(every)
+        try:
+            alive = await database_sync_to_async(services.answer_lease_renew)(message_id=message_id)
+        except Exception:  # a database blip: try again at the next renewal
+            log.warning("renewing the lease of answer %s failed", message_id, exc_info=True)
+            continue
+        if not alive:
+            log.warning("answer %s was taken over by a sweep; stopping its stream", message_id)
+            fence.broken = True
+            return
+
+
 async def answer_message(conversation: Conversation, message: Message) -> None:
     """Ask the router who answers ``message``, stream the answer to the conversation and store it.
 
@@ -167,52 +206,68 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     except errors.AgentHolds:  # taken over since the message was claimed: the bot stays silent
         await answer.close()
         return
-    await streams.begin(message_id=bot.pk, seq=bot.seq, route=answer.route)
-    await events.publish(
-        cid, {"type": "stream.start", "id": bot.pk, "seq": bot.seq, "role": "bot", "route": answer.route}
-    )
-
+    except BaseException:
+        await answer.close()
+        raise
+    # From here on the answer always ends: whatever fails, the row is finished (cut when it is)
+    # and stream.end published; if this process dies instead, the lease it renews while streaming
+    # runs out and a live process's sweep finishes it (chat.sweeper).
+    fence = fencing.watch(cid, epoch)  # released below, after the row is finished
+    lease = asyncio.get_running_loop().create_task(_renew_lease(bot.pk, fence))
     parts: list[str] = []
     sent = 0  # code points streamed so far
     ttft_ms: float | None = None
-
-    async def emit(piece: str) -> None:
-        """Send one delta; ``pos`` (code points before it) lets a socket that joined mid-stream
-        drop what it already has."""
-        nonlocal sent, ttft_ms
-        fence.check()
-        if ttft_ms is None:
-            ttft_ms = (time.time() - received_at) * 1000
-        await streams.append(message_id=bot.pk, text=piece)
-        fence.check()  # again: the owner may have changed while the buffer was written
-        await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=sent, epoch=epoch)
-        parts.append(piece)
-        sent += len(piece)
-
-    fence = fencing.watch(cid, epoch)  # released below, after the last possible delta
     cut = fenced = False
     try:
-        async with aclosing(answer.stream()) as pieces:
-            async for piece in pieces:
-                await emit(piece)
-    except fencing.Fenced:
-        cut = fenced = True
-    except router.AnswerCut as e:
-        log.warning("remote answer to message %s broke after its first token (%s)", message.seq, e.code)
-        cut = True
-    except Exception:  # not the provider's fault: still end the stream (stored as cut), then report
-        log.exception("answer stream of message %s failed", bot.pk)
-        cut = True
-    finally:
-        await answer.close()
-    await fencing.release(fence)
+        await streams.begin(message_id=bot.pk, seq=bot.seq, route=answer.route)
+        await events.publish(
+            cid, {"type": "stream.start", "id": bot.pk, "seq": bot.seq, "role": "bot", "route": answer.route}
+        )
 
-    # answer.route is the route that answered: a tier fallback or a handoff after a failure
-    # changed it since stream.start, and stream.end is authoritative.
-    record = await answer.finish(
-        text="".join(parts), ttft_ms=ttft_ms, latency_ms=(time.time() - received_at) * 1000, cut=cut
-    )
-    bot = await database_sync_to_async(services.bot_message_finish)(message_id=bot.pk, record=record)
+        async def emit(piece: str) -> None:
+            """Send one delta; ``pos`` (code points before it) lets a socket that joined mid-stream
+            drop what it already has."""
+            nonlocal sent, ttft_ms
+            fence.check()
+            if ttft_ms is None:
+                ttft_ms = (time.time() - received_at) * 1000
+            await streams.append(message_id=bot.pk, text=piece)
+            fence.check()  # again: the owner may have changed while the buffer was written
+            await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=sent, epoch=epoch)
+            parts.append(piece)
+            sent += len(piece)
+
+        try:
+            async with aclosing(answer.stream()) as pieces:
+                async for piece in pieces:
+                    await emit(piece)
+        except fencing.Fenced:
+            cut = fenced = True
+        except router.AnswerCut as e:
+            log.warning("remote answer to message %s broke after its first token (%s)", message.seq, e.code)
+            cut = True
+        except Exception:  # not the provider's fault: still end the stream (stored as cut), then report
+            log.exception("answer stream of message %s failed", bot.pk)
+            cut = True
+        finally:
+            await answer.close()
+
+        # answer.route is the route that answered: a tier fallback or a handoff after a failure
+        # changed it since stream.start, and stream.end is authoritative.
+        text, latency_ms = "".join(parts), (time.time() - received_at) * 1000
+        try:
+            record = await answer.finish(text=text, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+        except Exception:  # its cost could not be worked out: the shopper's answer is stored anyway
+            log.exception("accounting for answer %s failed", bot.pk)
+            record = AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+        stored = await _finish_row(bot.pk, record)
+    finally:
+        await fencing.release(fence)
+        lease.cancel()
+        await asyncio.gather(lease, return_exceptions=True)
+    if stored is None:
+        return  # a sweep took it for an orphan and answers again, or the database is down (the sweep will)
+    bot = stored
     await streams.end(bot.pk)
     await events.publish(cid, events.stream_end_frame(bot))
     if fenced:

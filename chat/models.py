@@ -115,6 +115,10 @@ class Message(models.Model):
     reply_to_seq = models.PositiveIntegerField(null=True, blank=True)
     rating = models.CharField(max_length=4, blank=True)
     agent_name = models.CharField(max_length=150, blank=True)
+    # A streaming bot answer's lease: the process streaming it renews it while it streams
+    # (chat.answering); once it ran out, the process is taken for dead and the answer is an
+    # orphan for any live process's sweep to finish (chat.sweeper). None: not streaming.
+    lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

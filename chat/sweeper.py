@@ -23,6 +23,8 @@ import weakref
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from routing import services as router
+
 from . import answering, events, services, streams
 from .models import ConversationStatus
 
@@ -53,13 +55,14 @@ INTERRUPTED = {
 
 
 async def finish_orphaned_answers() -> int:
-    """Finish every answer left streaming by a process that died (``KEFU_ORPHAN_AFTER_S`` after
-    its row was written): the row is stored as cut with the text the shopper had (the stream
-    buffer, when it survived), every socket gets its ``stream.end`` (``cut: true``) and an
-    ``error`` ``unavailable``, and the question is answered again unless an agent holds the
+    """Finish every answer left streaming by a process that died (its lease,
+    ``KEFU_ANSWER_LEASE_S``, ran out): the row is stored as cut with the text the shopper had (the
+    stream buffer, when it survived), every socket gets its ``stream.end`` (``cut: true``) and an
+    ``error`` ``unavailable``, a remote answer's call gets its estimated ledger row (the dead
+    process never wrote one), and the question is answered again unless an agent holds the
     conversation. Each orphan is finished once however many processes sweep (a conditional
     update). Returns how many this call finished."""
-    orphans = await database_sync_to_async(services.orphaned_answers)(older_than_s=settings.KEFU_ORPHAN_AFTER_S)
+    orphans = await database_sync_to_async(services.orphaned_answers)()
     finished = 0
     for orphan in orphans:
         live = await streams.get(orphan.answer.pk)
@@ -71,6 +74,16 @@ async def finish_orphaned_answers() -> int:
         finished += 1
         conversation = orphan.conversation
         log.warning("answer %s of %s was left streaming; finished as cut", row.pk, conversation.pk)
+        try:
+            await database_sync_to_async(router.answer_lost)(
+                route=row.route,
+                conversation_id=conversation.pk,
+                question_message_id=orphan.question.pk if orphan.question is not None else None,
+                question=orphan.question.text if orphan.question is not None else "",
+                text=row.text,
+            )
+        except Exception:  # the cost estimate must not stop the shopper's answer
+            log.exception("recording the lost call of answer %s failed", row.pk)
         await streams.end(row.pk)
         await events.publish(conversation.pk, events.stream_end_frame(row))
         text = INTERRUPTED.get(conversation.locale, INTERRUPTED["en"])

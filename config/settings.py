@@ -205,10 +205,14 @@ KEFU_AGENT_LEASE_S = _env("float", "KEFU_AGENT_LEASE_S", default=30.0)
 KEFU_AGENT_HEARTBEAT_S = _env("float", "KEFU_AGENT_HEARTBEAT_S", default=10.0)
 KEFU_AGENT_GONE_ACTION = env.str("KEFU_AGENT_GONE_ACTION", default="queue")
 KEFU_AGENT_SWEEP_S = _env("float", "KEFU_AGENT_SWEEP_S", default=5.0)
-# An answer still streaming this long after its row was written was left by a process that died
-# (no answer streams longer: a tier's first token within KEFU_LLM_FIRST_TOKEN_TIMEOUT_S, the whole
-# answer within KEFU_LLM_TOTAL_TIMEOUT_S): the sweeper finishes it as cut and answers again, seconds.
-KEFU_ORPHAN_AFTER_S = _env("float", "KEFU_ORPHAN_AFTER_S", default=120.0)
+# A streaming answer's lease, seconds: the process streaming it renews it every third of this; one
+# whose lease ran out was left by a process that died, and the sweeper finishes it as cut and
+# answers the question again (chat/sweeper.py).
+KEFU_ANSWER_LEASE_S = _env("float", "KEFU_ANSWER_LEASE_S", default=15.0)
+if KEFU_ANSWER_LEASE_S < 3:
+    raise ImproperlyConfigured(
+        f"KEFU_ANSWER_LEASE_S={KEFU_ANSWER_LEASE_S:g} is too short: at least 3 s (it is renewed every third of it)"
+    )
 # Each process looks at the identity of the layer's Redis server this often, seconds, and its sockets
 # join their groups again when it changed (a restart or failover loses them; chat/regroup.py). 0: never.
 KEFU_REGROUP_POLL_S = _env("float", "KEFU_REGROUP_POLL_S", default=2.0)
@@ -277,17 +281,6 @@ KEFU_TIERS = {
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
-# An answer may stream for its first-token budget and then its whole-answer budget: an orphan
-# threshold under that would finish live answers as cut (chat/sweeper.py).
-_LONGEST_ANSWER_S = max(
-    (t["first_token_timeout_s"] or KEFU_LLM_FIRST_TOKEN_TIMEOUT_S) + (t["total_timeout_s"] or KEFU_LLM_TOTAL_TIMEOUT_S)
-    for t in KEFU_TIERS.values()
-)
-if KEFU_ORPHAN_AFTER_S <= _LONGEST_ANSWER_S:
-    raise ImproperlyConfigured(
-        f"KEFU_ORPHAN_AFTER_S={KEFU_ORPHAN_AFTER_S:g} must be longer than the longest an answer may stream "
-        f"({_LONGEST_ANSWER_S:g} s: the first-token plus the total timeout of the slowest tier)"
-    )
 # Tier classifier (routing/classifier.py, docs/routing.md): keyword rules file (handoff or a tier),
 # the learned model's confidence below which the more expensive of its top two tiers answers
 # (bench/tier_eval.py chose it), and a switch (off: `simple` answers, fallbacks as before).

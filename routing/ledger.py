@@ -187,6 +187,34 @@ def saved_usd(*, tier: str, answer_text: str, prompt_tokens: int | None = None) 
     return cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)
 
 
+def lost_call_record(
+    *, tier: str, conversation_id: Any, message_id: int | None, question: str, received_text: str
+) -> Decimal:
+    """Write the ledger row of a call whose process died while it streamed (kill -9, OOM): no
+    attempt ever ended to record it, yet the upstream bills it. Tokens are estimated and the row
+    says so (``estimated``, ``outcome`` ``failed``, ``error_code`` ``process_died``): prompt =
+    :data:`TYPICAL_PROMPT_TOKENS` + the question's tokens, completion = the tokens of the text
+    the shopper had (``received_text``), both counted with the tier model's tokenizer. Blocking
+    (tokenizer, database). Returns the estimated cost in USD. Raises ``KeyError`` for an unknown tier."""
+    model = tier_model(tier)
+    prompt = TYPICAL_PROMPT_TOKENS + (count_tokens(question, model) if question else 0)
+    completion = count_tokens(received_text, model) if received_text else 0
+    usd = cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)
+    UpstreamCall.objects.create(
+        conversation_id=conversation_id,
+        message_id=message_id,
+        tier=tier,
+        model=model[:100],
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_usd=usd,
+        outcome="failed",
+        error_code="process_died",
+        estimated=True,
+    )
+    return usd
+
+
 def answer_record(
     *,
     decision: Decision,

@@ -23,6 +23,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
+from django.conf import settings
+
 from cache_layer import audit as cache_audit
 
 from . import answers, classify, ledger, singleflight, strategy, tasks, warmup
@@ -250,6 +252,26 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
                 return Suggestion("", None, None)
             return Suggestion(draft.text, decision.route, question.seq)
     return Suggestion("", None, None)
+
+
+def answer_lost(
+    *, route: str, conversation_id: uuid.UUID, question_message_id: int | None, question: str, text: str
+) -> Decimal:
+    """An answer whose process died while it streamed (Chat's orphan sweep found it): when it came
+    from a remote tier (``route`` ``llm.<tier>``), write that call's ledger row, estimated from
+    ``question`` and the ``text`` the shopper had (``routing.ledger.lost_call_record``), and return
+    its estimated cost in USD; other routes cost nothing (0). Blocking: call in a thread.
+    ``question_message_id``: the shopper message it answered."""
+    tier = route.removeprefix("llm.")
+    if not route.startswith("llm.") or tier not in settings.KEFU_TIERS:
+        return Decimal(0)
+    return ledger.lost_call_record(
+        tier=tier,
+        conversation_id=conversation_id,
+        message_id=question_message_id,
+        question=question,
+        received_text=text,
+    )
 
 
 def cached_answer_mark_wrong(*, entry_id: int, by: str, message_id: int | None) -> bool:

@@ -34,8 +34,10 @@ def test_embedded_defaults_need_no_environment():
     assert "no issues" in result.stdout
 
 
-def test_an_orphan_threshold_shorter_than_an_answer_may_stream_is_refused():
-    result = check(KEFU_ORPHAN_AFTER_S="30")
+def test_an_answer_lease_too_short_to_renew_is_refused():
+    """(Replaces the orphan threshold: answers now hold a renewed lease, so the longest an answer
+    may stream no longer bounds the setting.)"""
+    result = check(KEFU_ANSWER_LEASE_S="1")
     assert result.returncode != 0
-    assert "KEFU_ORPHAN_AFTER_S=30 must be longer than the longest an answer may stream (75 s" in result.stderr
-    assert check(KEFU_ORPHAN_AFTER_S="30", KEFU_LLM_TOTAL_TIMEOUT_S="10").returncode == 0
+    assert "KEFU_ANSWER_LEASE_S=1 is too short" in result.stderr
+    assert check(KEFU_ANSWER_LEASE_S="3").returncode == 0

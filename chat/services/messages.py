@@ -10,7 +10,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from routing.types import AnswerRecord
@@ -124,13 +126,25 @@ def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: s
             route=route,
             state=MessageState.STREAMING,
             reply_to_seq=reply_to_seq,
+            lease_until=timezone.now() + timedelta(seconds=settings.KEFU_ANSWER_LEASE_S),
         )
     return msg, int(epoch)
 
 
-def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message:
-    """Store the end of a bot answer: the whole text and how it was made (state ``done``)."""
-    Message.objects.filter(pk=message_id).update(
+def answer_lease_renew(*, message_id: int) -> bool:
+    """Extend a streaming answer's lease by ``KEFU_ANSWER_LEASE_S`` from now (the process
+    streaming it is alive). False when the row is no longer streaming (a sweep took it as an
+    orphan, or it ended)."""
+    until = timezone.now() + timedelta(seconds=settings.KEFU_ANSWER_LEASE_S)
+    return bool(Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(lease_until=until))
+
+
+def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message | None:
+    """Store the end of a bot answer: the whole text and how it was made (state ``done``).
+
+    The row, or None when it was no longer streaming: its lease ran out and a sweep finished it
+    as an orphan (and asked the question again), so this end must not be published."""
+    done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
         text=record.text,
         route=record.route,
         model=record.model,
@@ -145,8 +159,9 @@ def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message:
         faq_entry_id=record.faq_entry_id,
         cache_entry_id=record.cache_entry_id,
         state=MessageState.DONE,
+        lease_until=None,
     )
-    return Message.objects.get(pk=message_id)
+    return Message.objects.get(pk=message_id) if done else None
 
 
 def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: object) -> None:
@@ -176,12 +191,17 @@ class Orphan:
     conversation: Conversation
 
 
-def orphaned_answers(*, older_than_s: float) -> list[Orphan]:
-    """Bot rows still ``streaming`` more than ``older_than_s`` seconds after they were written
-    (no answer streams that long: its process died), oldest first, at most 100."""
-    cut = timezone.now() - timedelta(seconds=older_than_s)
+def orphaned_answers() -> list[Orphan]:
+    """Bot rows still ``streaming`` whose lease ran out (``lease_until`` past: the process
+    streaming them stopped renewing it, so it died), oldest first, at most 100. A row without a
+    lease (written before leases existed) counts from its creation."""
+    now = timezone.now()
     rows = list(
-        Message.objects.filter(state=MessageState.STREAMING, created_at__lt=cut)
+        Message.objects.filter(state=MessageState.STREAMING)
+        .filter(
+            Q(lease_until__lt=now)
+            | Q(lease_until__isnull=True, created_at__lt=now - timedelta(seconds=settings.KEFU_ANSWER_LEASE_S))
+        )
         .select_related("conversation")
         .order_by("created_at")[:100]
     )
@@ -201,6 +221,6 @@ def orphan_finish(*, message_id: int, text: str) -> Message | None:
     nothing is left): the row, or None when another process finished it first (a conditional
     update on ``state``)."""
     done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
-        text=text, cut=True, state=MessageState.DONE
+        text=text, cut=True, state=MessageState.DONE, lease_until=None
     )
     return Message.objects.get(pk=message_id) if done else None

@@ -21,13 +21,13 @@ PARTIAL = "Orders ship wi"
 
 
 @database_sync_to_async
-def killed_mid_answer(*, age_s: float) -> tuple[Conversation, str, Message]:
+def killed_mid_answer(*, lease_left_s: float, route: str = "faq") -> tuple[Conversation, str, Message]:
     """A conversation as a worker killed mid-answer leaves it: the question stored and claimed, the
-    bot row ``streaming``, written ``age_s`` seconds ago."""
+    bot row ``streaming``, its lease running out in ``lease_left_s`` seconds (negative: ran out)."""
     conv, token = services.conversation_start(locale="en")
     Message.objects.create(conversation=conv, seq=1, role="shopper", text=QUESTION, client_id="c-1")
-    bot = Message.objects.create(conversation=conv, seq=2, role="bot", route="faq", state="streaming", reply_to_seq=1)
-    Message.objects.filter(pk=bot.pk).update(created_at=timezone.now() - timedelta(seconds=age_s))
+    bot = Message.objects.create(conversation=conv, seq=2, role="bot", route=route, state="streaming", reply_to_seq=1)
+    Message.objects.filter(pk=bot.pk).update(lease_until=timezone.now() + timedelta(seconds=lease_left_s))
     Conversation.objects.filter(pk=conv.pk).update(last_seq=2, answered_seq=1)
     return conv, token, bot
 
@@ -42,7 +42,7 @@ def rows(conversation_id: Any) -> list[tuple[int, str, str, str, bool, int | Non
 
 
 async def test_an_orphaned_answer_is_finished_as_cut_and_the_question_answered_again(make_client, faq, settings):
-    conv, token, bot = await killed_mid_answer(age_s=settings.KEFU_ORPHAN_AFTER_S + 5)
+    conv, token, bot = await killed_mid_answer(lease_left_s=-1)
     await streams.begin(message_id=bot.pk, seq=2, route="faq")  # the buffer survived (Redis in production)
     await streams.append(message_id=bot.pk, text=PARTIAL)
     shopper = await make_client()
@@ -65,15 +65,15 @@ async def test_an_orphaned_answer_is_finished_as_cut_and_the_question_answered_a
     assert await sweeper.finish_orphaned_answers() == 0  # finished once
 
 
-async def test_an_answer_still_within_its_time_is_left_alone(make_client, faq):
-    conv, _token, bot = await killed_mid_answer(age_s=1)
+async def test_an_answer_still_within_its_lease_is_left_alone(make_client, faq):
+    conv, _token, bot = await killed_mid_answer(lease_left_s=5)
     assert await sweeper.finish_orphaned_answers() == 0
     row = await database_sync_to_async(Message.objects.get)(pk=bot.pk)
     assert row.state == "streaming"
 
 
 async def test_an_orphan_whose_buffer_is_gone_ends_empty_and_is_answered_again(make_client, faq, settings):
-    conv, token, bot = await killed_mid_answer(age_s=settings.KEFU_ORPHAN_AFTER_S + 5)
+    conv, token, bot = await killed_mid_answer(lease_left_s=-1)
     shopper = await make_client()
     await shopper.hello(conversation=str(conv.pk), token=token)
     await shopper.recv()  # the replayed question
@@ -83,3 +83,33 @@ async def test_an_orphan_whose_buffer_is_gone_ends_empty_and_is_answered_again(m
     again = await shopper.until("stream.end")
     assert again[-1]["route"] == "faq"
     assert (await rows(conv.pk))[1][2:5] == ("done", "", True)
+
+
+async def test_a_row_without_a_lease_counts_from_its_creation(make_client, faq, settings):
+    """Rows written before answers had leases: orphans once a lease's length has passed."""
+    conv, _token, bot = await killed_mid_answer(lease_left_s=0)
+    await database_sync_to_async(Message.objects.filter(pk=bot.pk).update)(lease_until=None)
+    assert await sweeper.finish_orphaned_answers() == 0
+    await database_sync_to_async(Message.objects.filter(pk=bot.pk).update)(
+        created_at=timezone.now() - timedelta(seconds=settings.KEFU_ANSWER_LEASE_S + 1)
+    )
+    assert await sweeper.finish_orphaned_answers() == 1
+
+
+async def test_a_remote_orphan_gets_its_estimated_ledger_row(make_client, faq, settings):
+    """The dead process never wrote the ledger row of the call it was streaming: the sweep writes
+    it, estimated from the question and the text the shopper had, at the tier's prices."""
+    from routing.ledger import TYPICAL_PROMPT_TOKENS, cost_usd
+    from routing.models import UpstreamCall
+
+    conv, _token, bot = await killed_mid_answer(lease_left_s=-1, route="llm.simple")
+    await streams.begin(message_id=bot.pk, seq=2, route="llm.simple")
+    await streams.append(message_id=bot.pk, text=PARTIAL)
+    assert await sweeper.finish_orphaned_answers() == 1
+    row = await database_sync_to_async(UpstreamCall.objects.get)(conversation_id=conv.pk)
+    assert (row.tier, row.outcome, row.error_code, row.estimated) == ("simple", "failed", "process_died", True)
+    assert row.prompt_tokens > TYPICAL_PROMPT_TOKENS and row.completion_tokens > 0
+    assert row.cost_usd == cost_usd(
+        tier="simple", prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens
+    )
+    assert row.cost_usd > 0

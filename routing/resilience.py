@@ -6,6 +6,12 @@ exponential backoff and full jitter (honouring ``retry-after``), then falls back
 configured tier (simple -> medium -> complex). Nothing is retried once text has reached the
 shopper: a stream cut after its first token is the caller's to end as ``cut``.
 
+The first-token budget (``KEFU_LLM_FIRST_TOKEN_TIMEOUT_S``) is the message's, across retries and
+tiers: each attempt gets an equal share of what is left among the tiers still to try. A
+``retry-after`` longer than the retry cap or the time left is not waited for: the tier is skipped,
+in every process, for that long (``routing.upstream_blocks``). A permanent error is never retried
+and goes on only to a tier where it could turn out differently (other credentials, other model).
+
 Before each attempt a tier must pass three gates, else it is skipped (the next tier is tried at
 once; the last tier waits when its gate opens before the first-token deadline):
 
@@ -37,9 +43,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import breaker as breakers
-from . import ledger, throttle
+from . import ledger, throttle, upstream_blocks
 from .ledger import Attempt
-from .providers import ratelimits
 from .providers.base import ChatRequest, Provider, ProviderError, StreamDone, TextDelta
 from .providers.ratelimits import UpstreamKey
 from .tiers import TIER_ORDER, provider_for, tier_configured, tier_model
@@ -85,7 +90,7 @@ async def _gate(tier: str, key: UpstreamKey, request: ChatRequest) -> tuple[str,
     """Pass the three gates of the module docstring. None: the caller may call, and holds one
     ``throttle`` slot (release it) and possibly the breaker's half-open trial (give a verdict or
     release it). Otherwise (the skip reason, seconds until the gate may open or None)."""
-    blocked_s = ratelimits.book.blocked_for_s(key)
+    blocked_s = await upstream_blocks.blocked_for_s(key)
     if blocked_s > 0:
         return "upstream_limit", blocked_s
     breaker = breakers.breaker_for(key)
@@ -116,12 +121,23 @@ async def stream_with_fallback(
     last: ProviderError | None = None
     writing: asyncio.Task[None] | None = None  # the previous ledger row's write (None: none, or lost)
     tiers = fallback_tiers(decision.tier)
+    # What a permanent failure ruled out for this message: (base URL, API key) after credentials
+    # were refused, (base URL, API key, model) after the request itself was.
+    refused: set[tuple[str, ...]] = set()
+    stop = False  # a failure no other tier can mend, or no time left: try nothing more
     for index, tier in enumerate(tiers):
+        if stop:
+            break
         has_next = index < len(tiers) - 1
-        request = replace(decision.request, model=tier_model(tier))
+        base_request = replace(decision.request, model=tier_model(tier))
         provider = decision.provider if tier == decision.tier and decision.provider is not None else provider_for(tier)
-        key = upstream_key(tier, provider, request.model)
+        key = upstream_key(tier, provider, base_request.model)
         for attempt in range(retries + 1):
+            # The message's first-token budget holds across retries and tiers: this attempt gets
+            # an equal share of what is left among the tiers still to try (or the tier's own
+            # first-token timeout when shorter), so an upstream that hangs leaves time to the next.
+            left_s = deadline - time.monotonic()
+            request = replace(base_request, first_token_within_s=left_s / (len(tiers) - index))
             decision.tier, decision.route, decision.request = tier, f"llm.{tier}", request
 
             started_at = timezone.now()
@@ -150,6 +166,18 @@ async def stream_with_fallback(
                     ),
                     after=writing,
                 )
+
+            if left_s <= 0:
+                log.warning("tier %s not tried: the first-token budget is spent", tier)
+                last = last or ProviderError("the first-token budget is spent", code="timeout", permanent=False)
+                row("failed", error_code="budget_spent")
+                stop = True
+                break
+            if key[:2] in refused or key in refused:
+                # The same upstream already refused these credentials, or this model the request:
+                # sending it again cannot turn out differently.
+                row("fell_back" if has_next else "failed", error_code=last.code if last else "refused")
+                break
 
             skip = await _gate(tier, key, request)
             while skip is not None and not has_next and skip[1] is not None and time.monotonic() + skip[1] < deadline:
@@ -204,7 +232,20 @@ async def stream_with_fallback(
                 last = e
                 log.warning("tier %s failed before its first token (%s, attempt %d)", tier, e.code, attempt + 1)
                 wait: float | None = None
-                if not e.permanent and e.code in RETRYABLE and attempt < retries:
+                if (
+                    e.code == "rate_limited"
+                    and e.retry_after_s is not None
+                    and (
+                        e.retry_after_s > settings.KEFU_LLM_RETRY_CAP_S
+                        or time.monotonic() + e.retry_after_s >= deadline
+                    )
+                ):
+                    # Longer than this message can wait: skip the tier, and keep it skipped for
+                    # as long as the upstream asked, in every process (routing.upstream_blocks).
+                    await upstream_blocks.block(key, e.retry_after_s)
+                elif e.code == "timeout" and has_next:
+                    pass  # a tier too slow to start: the next tier now beats a second wait here
+                elif not e.permanent and e.code in RETRYABLE and attempt < retries:
                     wait = backoff_s(
                         attempt,
                         base_s=settings.KEFU_LLM_RETRY_BASE_S,
@@ -213,6 +254,10 @@ async def stream_with_fallback(
                     )
                     if time.monotonic() + wait >= deadline:
                         wait = None  # waiting would cost more than trying the next tier now
+                if e.permanent:
+                    # Never retried; sent on only where it could turn out differently: refused
+                    # credentials to another upstream or key, a refused request to another model.
+                    refused.add(key[:2] if e.code == "auth" else key)
                 outcome = "retried" if wait is not None else "fell_back" if has_next else "failed"
                 row(outcome, latency_ms=latency_ms, error_code=e.code, http_status=e.status, **billed)
                 if wait is None:

@@ -436,12 +436,13 @@ def _router_ready() -> None:
 def routing_guards() -> Iterator[None]:
     """Circuit breakers, the upstream rate-limit book and the tier limiters live per process:
     reset them before and after a test that exercises them."""
-    from routing import breaker, throttle
+    from routing import breaker, throttle, upstream_blocks
     from routing.providers import ratelimits
 
     def reset() -> None:
         breaker.reset_breakers()
         ratelimits.book.clear()
+        upstream_blocks.forget()
         throttle.reset()
 
     reset()

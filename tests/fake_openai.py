@@ -84,6 +84,10 @@ class Behaviour:
             not JSON, then end normally.
         error_event_after_chunks: after this many content chunks, send a
             `data: {"error": {...}}` event, as OpenAI does for mid-stream failures.
+        error_event: the `error` object of that event (default: a `server_error`), e.g.
+            `{"message": "...", "type": "invalid_request_error", "code": "context_length_exceeded"}`.
+        hang_before_headers_ms: accept the request, then send nothing (not even the status line)
+            for this long before answering, in milliseconds.
         include_usage: None honours `stream_options.include_usage`; False never sends usage;
             True always sends it.
         prompt_tokens / completion_tokens / cached_prompt_tokens: exact usage to report;
@@ -104,6 +108,8 @@ class Behaviour:
     drop_after_chunks: int | None = None
     malformed_after_chunks: int | None = None
     error_event_after_chunks: int | None = None
+    error_event: dict[str, Any] | None = None
+    hang_before_headers_ms: float = 0.0
     include_usage: bool | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -380,6 +386,8 @@ class FakeOpenAI:
         wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         send_usage = wants_usage if behaviour.include_usage is None else behaviour.include_usage
 
+        if behaviour.hang_before_headers_ms > 0:
+            await asyncio.sleep(behaviour.hang_before_headers_ms / 1000)
         response = web.StreamResponse(
             status=200,
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
@@ -409,7 +417,7 @@ class FakeOpenAI:
             if index == behaviour.error_event_after_chunks:
                 await _send(
                     response,
-                    {"error": {"message": "The server had an error.", "type": "server_error"}},
+                    {"error": behaviour.error_event or {"message": "The server had an error.", "type": "server_error"}},
                 )
             delay_ms = behaviour.ttft_ms if index == 0 else behaviour.token_ms
             if delay_ms > 0:

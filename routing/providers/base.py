@@ -135,12 +135,16 @@ class ChatRequest:
     `messages` are in the OpenAI chat format: `{"role": "system"|"user"|"assistant",
     "content": str}` (content may also be a list of `{"type": "text", "text": str}` parts).
     `max_tokens` caps the answer length in tokens; None leaves it to the upstream.
+    `first_token_within_s`: this call's own first-token budget, seconds, when shorter than the
+    provider's configured one (the router sets what is left of a message's budget after earlier
+    attempts); None: the configured one.
     """
 
     messages: list[dict[str, Any]]
     model: str
     max_tokens: int | None = None
     temperature: float | None = None
+    first_token_within_s: float | None = None
 
 
 @dataclass(frozen=True)

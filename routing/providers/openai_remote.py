@@ -177,6 +177,29 @@ def _retry_after_s(headers: Mapping[str, str]) -> float | None:
 _SDKError = (openai.OpenAIError, json.JSONDecodeError, UnicodeDecodeError)
 
 
+# `error.code` / `error.type` values of an error event inside a stream, as OpenAI's API sends them
+# (API reference, "Error codes"; the same body as the HTTP error responses), and what they mean here.
+_STREAM_AUTH = {"invalid_api_key", "authentication_error", "permission_error", "insufficient_quota"}
+_STREAM_BAD_REQUEST = {"context_length_exceeded", "invalid_request_error", "string_above_max_length"}
+_STREAM_RATE_LIMITED = {"rate_limit_exceeded", "requests", "tokens"}
+
+
+def _stream_error_kind(error: openai.APIError) -> tuple[ProviderErrorCode, bool]:
+    """(code, permanent) of an error event inside a stream, from its `code`, else its `type`:
+    credentials and quota -> `auth` (permanent); a request the model rejects (context too long)
+    -> `bad_request` (permanent); a rate limit -> `rate_limited`; anything else -> `server`."""
+    for value in (error.code, error.type):
+        if not isinstance(value, str):
+            continue
+        if value in _STREAM_AUTH:
+            return "auth", True
+        if value in _STREAM_BAD_REQUEST:
+            return "bad_request", True
+        if value in _STREAM_RATE_LIMITED:
+            return "rate_limited", False
+    return "server", False
+
+
 def _provider_error(error: BaseException, *, after_first_token: bool) -> ProviderError:
     """Map an SDK (or stream decoding) error to our `ProviderError`."""
     first = after_first_token
@@ -225,11 +248,12 @@ def _provider_error(error: BaseException, *, after_first_token: bool) -> Provide
             after_first_token=first,
         )
     if isinstance(error, openai.APIError):
-        # An `{"error": ...}` event inside the stream: the upstream failed while answering.
+        # An `{"error": ...}` event inside the stream: it keeps the type the upstream gave it.
+        code, permanent = _stream_error_kind(error)
         return ProviderError(
-            f"the upstream failed mid-stream: {error.message}",
-            code="server",
-            permanent=False,
+            f"the upstream failed mid-stream ({error.code or error.type or 'no code'}): {error.message}",
+            code=code,
+            permanent=permanent,
             after_first_token=first,
         )
     if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
@@ -339,7 +363,8 @@ class OpenAIProvider:
         """Stream one chat completion: `TextDelta` items, then exactly one `StreamDone`.
 
         Timeouts (from the config, seconds): the first non-empty text must arrive within
-        `first_token_timeout_s` of the call, the whole answer within `total_timeout_s`.
+        `first_token_timeout_s` of the call (or the request's `first_token_within_s` when
+        shorter), the whole answer within `total_timeout_s`.
         `StreamDone.ttft_ms`/`latency_ms` are measured with `time.perf_counter` from the first
         step of this iterator. When the upstream sends no usage, tokens are counted with
         `count_tokens` and `Usage.estimated` is True.
@@ -355,7 +380,10 @@ class OpenAIProvider:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         total_deadline = loop.time() + config.total_timeout_s
-        first_token_deadline = min(total_deadline, loop.time() + config.first_token_timeout_s)
+        first_token_s = config.first_token_timeout_s
+        if request.first_token_within_s is not None:
+            first_token_s = min(first_token_s, max(0.0, request.first_token_within_s))
+        first_token_deadline = min(total_deadline, loop.time() + first_token_s)
 
         client = get_client(config)
         texts: list[str] = []

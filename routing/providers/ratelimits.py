@@ -150,6 +150,13 @@ class UpstreamLimitBook:
                 return 0.0
             return left
 
+    def block(self, key: UpstreamKey, seconds: float) -> None:
+        """Hold off `key` for `seconds` from now (a `retry-after` too long to wait for); a longer
+        block already recorded stays."""
+        with self._lock:
+            until = self._clock() + max(0.0, seconds)
+            self._until[key] = max(until, self._until.get(key, until))
+
     def clear(self) -> None:
         """Forget every block (tests)."""
         with self._lock:

@@ -11,15 +11,20 @@ which the summary reaches), so two summaries of one conversation never overwrite
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import OperationalError
 
 from routing import services as router
 
 from .models import Conversation, Message, MessageState, Role
+
+log = logging.getLogger(__name__)
 
 Turn = list[tuple[str, str]]
 
@@ -79,20 +84,52 @@ def summary_work(*, conversation_id: uuid.UUID) -> SummaryWork | None:
     )
 
 
+def _claim_key(conversation_id: uuid.UUID, upto_seq: int) -> str:
+    return f"kefu:summary-claim:{conversation_id.hex}:{upto_seq}"
+
+
+def _claim(key: str) -> bool:
+    """Take the claim ``key`` (Django's cache ``add``: atomic in Redis, shared by every worker);
+    False when another task holds it. A claim lasts as long as a task may run
+    (``KEFU_CELERY_TASK_TIME_LIMIT_S``): the task of a killed worker is handed out again only after
+    the longer visibility timeout, and finds its claim gone. A cache that fails is no reason to
+    skip a summary: True."""
+    try:
+        return bool(cache.add(key, 1, timeout=settings.KEFU_CELERY_TASK_TIME_LIMIT_S))
+    except Exception:  # Redis down: proceed; at worst a summary is paid twice
+        log.warning("claiming summary window %s failed; summarising anyway", key, exc_info=True)
+        return True
+
+
+def _unclaim(key: str) -> None:
+    try:
+        cache.delete(key)
+    except Exception:  # it expires on its own
+        log.warning("releasing summary window %s failed", key, exc_info=True)
+
+
 def conversation_summarise(*, conversation_id: uuid.UUID) -> str | None:
     """Fold the turns that left the prompt window into ``Conversation.summary`` (with the
     previous summary) and move ``summary_upto_seq`` to their last message. Returns the new
-    summary, or None when nothing was due, no tier is configured, the call failed or was cut, or
-    another summary of the same conversation was stored meanwhile (compare-and-set on
-    ``summary_upto_seq``). Never raises for upstream failures. Blocking."""
+    summary, or None when nothing was due, no tier is configured, the call failed or was cut,
+    another task is summarising the same window now (a claim in the shared cache, so duplicate or
+    redelivered tasks pay for one summary), or another summary of the same conversation was stored
+    meanwhile (compare-and-set on ``summary_upto_seq``). Never raises for upstream failures.
+    Blocking."""
     if not router.summaries_on():
         return None  # no model: older turns are simply kept out of the prompt
     work = summary_work(conversation_id=conversation_id)
     if work is None:
         return None
-    text = router.summary_compose(
-        previous=work.previous, turns=work.turns, locale=work.locale, conversation_id=conversation_id
-    )
+    claim = _claim_key(conversation_id, work.upto_seq)
+    if not _claim(claim):
+        return None  # another task summarises this window now: it is paid once
+    try:
+        text = router.summary_compose(
+            previous=work.previous, turns=work.turns, locale=work.locale, conversation_id=conversation_id
+        )
+    finally:
+        _unclaim(claim)
     if not text:
         return None
     # update(): no auto_now bump (the console orders by activity; a summary is none).

@@ -144,6 +144,39 @@ else:
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# A task is acknowledged when it ended, not when it was received: a worker killed mid-task (or a
+# worker child that died) leaves the task to another worker instead of losing it, and each worker
+# holds one task at a time beyond those it runs, so a killed worker strands no queue. Every task is
+# idempotent (chat.summary claims its window; an audit judges a pending row once).
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Tasks call a tier at most a few times (first token within 15 s, answers within 60 s): they are
+# stopped after KEFU_CELERY_TASK_TIME_LIMIT_S, and a task whose worker died is handed to another
+# after KEFU_CELERY_VISIBILITY_TIMEOUT_S (above the time limit, so no running task is handed out
+# twice; Redis transport: unacknowledged messages older than this are restored).
+KEFU_CELERY_TASK_TIME_LIMIT_S = _env("float", "KEFU_CELERY_TASK_TIME_LIMIT_S", default=180.0)
+KEFU_CELERY_VISIBILITY_TIMEOUT_S = _env("float", "KEFU_CELERY_VISIBILITY_TIMEOUT_S", default=300.0)
+CELERY_TASK_TIME_LIMIT = KEFU_CELERY_TASK_TIME_LIMIT_S
+CELERY_TASK_SOFT_TIME_LIMIT = max(1.0, KEFU_CELERY_TASK_TIME_LIMIT_S - 10)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": KEFU_CELERY_VISIBILITY_TIMEOUT_S,
+    # look for such tasks every 10 s (kombu's default scans every 10th of its 10 s ticks: 100 s)
+    "unacked_restore_interval": 10,
+    "unacked_restore_throttle": 1,
+    # the broker's connections recover from a Redis blip like every other client (lib/redis_conn.py)
+    "health_check_interval": 15,
+    "socket_keepalive": True,
+    "socket_timeout": 10.0,
+    "socket_connect_timeout": 2.0,
+    "retry_on_timeout": True,
+}
+if KEFU_CELERY_VISIBILITY_TIMEOUT_S <= KEFU_CELERY_TASK_TIME_LIMIT_S:
+    raise ImproperlyConfigured(
+        f"KEFU_CELERY_VISIBILITY_TIMEOUT_S={KEFU_CELERY_VISIBILITY_TIMEOUT_S:g} must be longer than "
+        f"KEFU_CELERY_TASK_TIME_LIMIT_S={KEFU_CELERY_TASK_TIME_LIMIT_S:g} (a running task would be handed out twice)"
+    )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -156,3 +156,34 @@ def test_nothing_is_due_while_the_turns_fit(settings):
     assert work is not None and work.turns == [[("shopper", QUESTIONS[0]), ("bot", "Yes.")]] and work.new_upto_seq == 2
     settings.KEFU_SUMMARY_MIN_TURNS = 2  # batches of 2: one turn out is not enough yet
     assert summary_work(conversation_id=conv.pk) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_duplicate_tasks_of_one_window_pay_for_one_summary(remote):
+    """Two tasks for the same window at once (a duplicate enqueue, a redelivery): one calls the
+    model, the other finds the window claimed and returns; the summary is stored once, paid once."""
+    from chat.models import Message
+
+    conv = Conversation.objects.create(token_hash="1" * 64)
+    for seq, (role, text) in enumerate(
+        [("shopper", QUESTIONS[0]), ("bot", "Yes."), ("shopper", QUESTIONS[1]), ("bot", "Yes."), ("shopper", "ok")], 1
+    ):
+        Message.objects.create(conversation=conv, seq=seq, role=role, text=text, state="done")
+    remote.push(Behaviour(text=SUMMARY, ttft_ms=600))  # slow enough for the second to arrive meanwhile
+    results: list[str | None] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(conversation_summarise(conversation_id=conv.pk)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(results, key=str) == [None, SUMMARY]
+    assert len(remote.requests) == 1
+    conv.refresh_from_db()
+    assert conv.summary == SUMMARY and conv.summary_upto_seq == 2
+    # the claim is released: a later window (or a retry after a failure) is not blocked
+    from django.core.cache import cache
+
+    assert cache.get(f"kefu:summary-claim:{conv.pk.hex}:0") is None

@@ -231,7 +231,8 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
             fence.check()
             if ttft_ms is None:
                 ttft_ms = (time.time() - received_at) * 1000
-            await streams.append(message_id=bot.pk, text=piece)
+            if not await streams.append(message_id=bot.pk, text=piece, conversation_id=cid, epoch=epoch):
+                fence.broken = True  # another process's take-over came first (chat.streams.append)
             fence.check()  # again: the owner may have changed while the buffer was written
             await events.publish(cid, {"type": "stream.delta", "id": bot.pk, "text": piece}, pos=sent, epoch=epoch)
             parts.append(piece)

@@ -9,13 +9,20 @@ no I/O — which is set:
 
 * in the same process, synchronously, by ``advance()``, called by whoever committed the change
   right after the commit and before any frame about it is published;
-* from other processes, by each running stream re-reading the epoch from the database every
-  ``POLL_S`` seconds (``_listen``).
+* from other processes, through Redis: the change raises the conversation's epoch there
+  (``publish_epoch`` -> ``chat.streams.epoch_raise``) and every delta is appended to the stream
+  buffer only if that epoch is not past the stream's, in one atomic step
+  (``chat.streams.append``); a refused append breaks the fence before the delta is sent or kept.
+  So a delta is either before the take-over (sent, stored) or after it (neither), as Redis
+  ordered them;
+* as a fallback (Redis failing, or no Redis), by each running stream re-reading the epoch from
+  the database every ``POLL_S`` seconds (``_listen``).
 
-A stream started under epoch N is broken by any epoch > N. The shopper socket also drops
-``stream.delta`` events whose ``epoch`` is below the highest epoch it has seen on a ``status``
-event (``ShopperConsumer.chat_frame``), so a delta still in flight from another process cannot
-overtake the take-over's status frame.
+A stream started under epoch N is broken by any epoch > N. The shopper and console sockets also
+drop ``stream.delta`` events whose ``epoch`` is below the highest epoch they have seen on a
+``status`` event (``chat_frame`` of both consumers), so a delta appended just before the take-over
+and still in flight from another process never follows the take-over's status frame; the stored
+row and ``stream.end`` have it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from contextlib import suppress
 
 from channels.db import database_sync_to_async
 
+from . import streams
 from .models import Conversation
 
 log = logging.getLogger(__name__)
@@ -113,5 +121,9 @@ async def release(fence: Fence) -> None:
 
 async def publish_epoch(conversation_id: uuid.UUID, epoch: int) -> None:
     """The owner epoch is now ``epoch`` (after the change committed): break this process's
-    streams at once; other processes' streams see it at their next poll (``_listen``)."""
+    streams at once, and raise the epoch in Redis, where every process's next delta is checked
+    against it atomically (``chat.streams.append``): a stream in another process adds and sends
+    nothing generated after this point. Without Redis (one process) ``advance`` is all it takes;
+    the database poll (``_listen``) stays as the fallback when Redis fails."""
     advance(conversation_id, epoch)
+    await streams.epoch_raise(conversation_id, epoch)

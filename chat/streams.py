@@ -13,6 +13,7 @@ socket gets the whole answer from its ``stream.end``).
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,26 +77,60 @@ async def _begin(*, message_id: int, seq: int, route: str) -> None:
         _local[message_id] = LiveStream(message_id, seq, route, "")
 
 
-async def append(*, message_id: int, text: str) -> None:
-    """Add ``text`` (one delta) to the buffer of answer ``message_id``."""
-    try:
-        await _append(message_id=message_id, text=text)
-    except RedisError as e:
-        _failed("append", message_id, e)
+def _epoch_key(conversation_id: uuid.UUID) -> str:
+    return f"kefu:epoch:{conversation_id.hex}"
 
 
-async def _append(*, message_id: int, text: str) -> None:
-    if settings.REDIS_URL:
-        # The text lives in its own string key so APPEND can grow it; APPEND and EXPIRE go in one
-        # round trip (this runs for every delta).
-        async with _client().pipeline(transaction=False) as pipe:
-            pipe.append(_key(message_id) + ":text", text)
-            pipe.expire(_key(message_id) + ":text", 3600)
-            await pipe.execute()
-    else:
+# APPEND the delta unless the conversation's owner epoch in Redis is past the stream's: one atomic
+# step, so every process agrees whether a delta came before or after a take-over.
+_APPEND_IF_EPOCH = """
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if current > tonumber(ARGV[2]) then return 0 end
+redis.call('APPEND', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], 3600)
+return 1
+"""
+
+# Raise the conversation's owner epoch (never lower it: events of two owner changes may race).
+_EPOCH_RAISE = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1], 'EX', 3600) end
+return 1
+"""
+
+
+async def append(*, message_id: int, text: str, conversation_id: uuid.UUID, epoch: int) -> bool:
+    """Add ``text`` (one delta) to the buffer of answer ``message_id``, which streams under owner
+    ``epoch`` of its conversation. False when the conversation's owner changed since (an agent
+    took it over in any process: :func:`epoch_raise`), and then nothing was added: the delta
+    was generated after the take-over and must reach no socket and not the stored row. True on
+    the in-memory defaults (one process: ``chat.fencing`` breaks the stream itself) and when Redis
+    fails (logged; the database poll of ``chat.fencing`` still stops the stream)."""
+    if not settings.REDIS_URL:
         s = _local.get(message_id)
         if s is not None:
             s.text += text
+        return True
+    try:
+        added = await _client().eval(
+            _APPEND_IF_EPOCH, 2, _key(message_id) + ":text", _epoch_key(conversation_id), text, epoch
+        )
+        return bool(added)
+    except RedisError as e:
+        _failed("append", message_id, e)
+        return True
+
+
+async def epoch_raise(conversation_id: uuid.UUID, epoch: int) -> None:
+    """The conversation's owner is now ``epoch`` (after the change committed): from this moment no
+    process adds a delta of an older epoch's stream (:func:`append`). Nothing on the in-memory
+    defaults. A Redis failure is logged (the database poll of ``chat.fencing`` still stops it)."""
+    if not settings.REDIS_URL:
+        return
+    try:
+        await _client().eval(_EPOCH_RAISE, 1, _epoch_key(conversation_id), epoch)
+    except RedisError as e:
+        log.warning("raising the owner epoch of %s failed: %r", conversation_id, e)
 
 
 async def get(message_id: int) -> LiveStream | None:

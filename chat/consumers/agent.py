@@ -34,6 +34,9 @@ class AgentConsumer(FrameSocket):
     user: Any = None
     following: uuid.UUID | None = None
     in_agents_group = False
+    # Highest owner epoch seen on a status event of the followed conversation (as the shopper
+    # socket keeps it): bot deltas of older epochs still in flight are dropped.
+    owner_epoch = 0
 
     async def connect(self) -> None:
         await self.accept()
@@ -141,6 +144,7 @@ class AgentConsumer(FrameSocket):
         if self.following != cid:
             await self._unfollow()
             self.following = cid
+            self.owner_epoch = 0
             await self.join(events.conversation_group(cid))
             await self.join(events.staff_group(cid))
         transcript = await database_sync_to_async(selectors.conversation_transcript)(conversation_id=cid)
@@ -286,7 +290,11 @@ class AgentConsumer(FrameSocket):
         if event.get("conversation") != (str(self.following) if self.following else None):
             return  # an event of a conversation this socket just stopped following
         frame = {**event["frame"], "conversation": event["conversation"]}
-        if frame["type"] == "stream.delta":
+        if frame["type"] == "status":
+            self.owner_epoch = max(self.owner_epoch, int(event.get("epoch", 0)))
+        elif frame["type"] == "stream.delta":
+            if int(event.get("epoch", self.owner_epoch)) < self.owner_epoch:
+                return  # a bot delta of a stream the owner change ended, still in flight
             frame["pos"] = int(event.get("pos", 0))
         await self._send(frame)
 

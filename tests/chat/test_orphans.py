@@ -44,7 +44,7 @@ def rows(conversation_id: Any) -> list[tuple[int, str, str, str, bool, int | Non
 async def test_an_orphaned_answer_is_finished_as_cut_and_the_question_answered_again(make_client, faq, settings):
     conv, token, bot = await killed_mid_answer(lease_left_s=-1)
     await streams.begin(message_id=bot.pk, seq=2, route="faq")  # the buffer survived (Redis in production)
-    await streams.append(message_id=bot.pk, text=PARTIAL)
+    await streams.append(message_id=bot.pk, text=PARTIAL, conversation_id=conv.pk, epoch=0)
     shopper = await make_client()
     await shopper.hello(conversation=str(conv.pk), token=token)
     replay = await shopper.until("stream.delta")
@@ -104,7 +104,7 @@ async def test_a_remote_orphan_gets_its_estimated_ledger_row(make_client, faq, s
 
     conv, _token, bot = await killed_mid_answer(lease_left_s=-1, route="llm.simple")
     await streams.begin(message_id=bot.pk, seq=2, route="llm.simple")
-    await streams.append(message_id=bot.pk, text=PARTIAL)
+    await streams.append(message_id=bot.pk, text=PARTIAL, conversation_id=conv.pk, epoch=0)
     assert await sweeper.finish_orphaned_answers() == 1
     row = await database_sync_to_async(UpstreamCall.objects.get)(conversation_id=conv.pk)
     assert (row.tier, row.outcome, row.error_code, row.estimated) == ("simple", "failed", "process_died", True)

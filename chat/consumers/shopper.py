@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -35,6 +36,7 @@ class ShopperConsumer(FrameSocket):
         # Highest owner epoch seen on a status event: a bot delta of an older epoch that is still
         # in flight (from another process) after a take-over is dropped (chat.fencing).
         self.owner_epoch = 0
+        self.last_resync = float("-inf")
         await self.accept()
         if not limits.socket_open(self.address):
             await self._send(error_frame("rate_limited", "too many open connections from this address"))
@@ -78,6 +80,8 @@ class ShopperConsumer(FrameSocket):
                 await events.publish_staff(self.conversation_id, {"type": "typing", "role": "shopper"})
             elif kind == "feedback":
                 await self.on_feedback(content)
+            elif kind == "resync":
+                await self.on_resync(content)
             else:
                 raise ProtocolError("invalid", f"unknown frame type {kind!r}")
         except ProtocolError as e:
@@ -148,8 +152,14 @@ class ShopperConsumer(FrameSocket):
             await self._replay(after)
             answering.kick(conv.id)  # answers anything stored but not answered (e.g. after a restart)
 
-    async def _replay(self, after: int) -> None:
+    async def _replay(self, after: int, *, again: bool = False) -> None:
+        """Send the stored messages after seq ``after``: finished ones as ``message`` frames, one
+        still streaming as ``stream.start`` + the text so far as one ``stream.delta`` (``pos`` 0).
+        ``again`` (a ``resync``): also what this socket was already sent, and an answer that ended
+        between the read and its buffer is sent finished (its ``stream.end`` may be the frame the
+        socket missed)."""
         assert self.conversation_id is not None
+        ended: list[int] = []
         for msg in await database_sync_to_async(selectors.messages_after)(
             conversation_id=self.conversation_id, after=after
         ):
@@ -161,13 +171,59 @@ class ShopperConsumer(FrameSocket):
                         {"type": "stream.start", "id": msg.pk, "seq": msg.seq, "role": "bot", "route": live.route}
                     )
                     if live.text:
-                        await self._send({"type": "stream.delta", "id": msg.pk, "text": live.text})
+                        await self._send({"type": "stream.delta", "id": msg.pk, "text": live.text, "pos": 0})
                     continue
                 # Its stream buffer is gone: it ended meanwhile, and its stream.end (queued for us)
                 # will be sent with a stream.start before it (see chat_frame).
+                if again:
+                    ended.append(msg.seq)
+                continue
+            if not again and msg.pk in self.sent_ids:
                 continue
             self.sent_ids.add(msg.pk)
             await self._send(events.message_frame(msg))
+        if ended:
+            for msg in await database_sync_to_async(selectors.messages_after)(
+                conversation_id=self.conversation_id, after=min(ended) - 1
+            ):
+                if msg.seq in ended and msg.state != MessageState.STREAMING:
+                    self.stream_sent.pop(msg.pk, None)
+                    self.sent_ids.add(msg.pk)
+                    await self._send(events.message_frame(msg))
+
+    async def _mend_stream(self, message_id: int, *, upto: int) -> bool:
+        """This socket missed frames of streaming answer ``message_id`` (the layer lost them): send
+        what it lacks up to code point ``upto`` from the stream buffer (``stream.start`` first when
+        it never had one). False when the buffer is gone (its ``stream.end`` will repair it)."""
+        live = await streams.get(message_id)
+        if live is None or len(live.text) < upto:
+            return False
+        have = self.stream_sent.get(message_id)
+        if have is None:
+            await self._send(
+                {"type": "stream.start", "id": message_id, "seq": live.seq, "role": "bot", "route": live.route}
+            )
+            have = 0
+        if upto > have:
+            await self._send({"type": "stream.delta", "id": message_id, "text": live.text[have:upto], "pos": have})
+        self.stream_sent[message_id] = upto
+        return True
+
+    #: A socket's resync requests are served at most this often, seconds.
+    RESYNC_MIN_INTERVAL_S = 1.0
+
+    async def on_resync(self, content: dict[str, Any]) -> None:
+        """``resync`` ``after``: the widget saw a gap (a ``seq`` or a delta ``pos`` it did not
+        expect, or a stream silent too long): every stored message after ``after`` again, then
+        live frames as usual (docs/protocol.md, resync)."""
+        after = content.get("after", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise ProtocolError("invalid", "after must be a non-negative integer")
+        now = time.monotonic()
+        if now - self.last_resync < self.RESYNC_MIN_INTERVAL_S:
+            raise ProtocolError("rate_limited", "resync at most once a second")
+        self.last_resync = now
+        await self._replay(after, again=True)
 
     async def on_message(self, content: dict[str, Any]) -> None:
         assert self.conversation_id is not None
@@ -222,15 +278,25 @@ class ShopperConsumer(FrameSocket):
         elif kind == "status":
             self.owner_epoch = max(self.owner_epoch, int(event.get("epoch", 0)))
         elif kind == "stream.delta":
-            have = self.stream_sent.get(frame["id"])
-            if have is None or int(event.get("epoch", self.owner_epoch)) < self.owner_epoch:
+            if int(event.get("epoch", self.owner_epoch)) < self.owner_epoch:
                 return
-            pos, text = int(event.get("pos", have)), frame["text"]
+            have = self.stream_sent.get(frame["id"])
+            pos, text = int(event.get("pos", have or 0)), frame["text"]
+            if have is None or pos > have:
+                # A frame of this stream never reached this socket (its stream.start, or deltas):
+                # mend it from the stream buffer before going on.
+                if frame["id"] in self.sent_ids or not await self._mend_stream(frame["id"], upto=pos):
+                    return
+                have = self.stream_sent[frame["id"]]
             if pos + len(text) <= have:
                 return
             if pos < have:
                 frame = {**frame, "text": text[have - pos :]}
-            self.stream_sent[frame["id"]] = pos + len(text)
+                pos = have
+            # pos: code points of the answer before this delta; a widget that sees one it does not
+            # expect has missed a delta and asks for a resync.
+            frame = {**frame, "pos": pos}
+            self.stream_sent[frame["id"]] = pos + len(frame["text"])
         elif kind == "stream.end":
             if frame["id"] in self.sent_ids:
                 return

@@ -275,10 +275,20 @@
   function onDelta(f) {
     const m = state.msgs.get(f.id);
     if (!m) return;
-    const have = m.text.length;
+    const have = m.cp || 0; // code points shown (pos counts code points, not UTF-16 units)
+    const points = Array.from(f.text);
     const pos = typeof f.pos === "number" ? f.pos : have;
-    if (pos + f.text.length <= have) return; // already shown (history raced the live stream)
-    m.text += pos < have ? f.text.slice(have - pos) : f.text;
+    if (pos > have) {
+      // Deltas were missed (docs/protocol.md, resync): the conversation's history again.
+      if (state.open && Date.now() - (state.lastReopenAt || 0) > 2000) {
+        state.lastReopenAt = Date.now();
+        send({ type: "open", conversation: state.open });
+      }
+      return;
+    }
+    if (pos + points.length <= have) return; // already shown (history raced the live stream)
+    m.text += pos < have ? points.slice(have - pos).join("") : f.text;
+    m.cp = pos + points.length;
     m.body.textContent = m.text;
     scrollLog();
   }
@@ -300,6 +310,7 @@
       log.insertBefore(li, after || null);
     }
     rec.text = m.text || "";
+    rec.cp = Array.from(rec.text).length;
     rec.body.textContent = rec.text;
     if (m.marked_wrong) rec.marked = true; // history: an agent already marked its cached answer wrong
     rec.m = m;

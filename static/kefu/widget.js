@@ -378,6 +378,7 @@
     forbiddenStreak: 0,
     lastTypingAt: 0,
     seenSeq: Number(storage.get("seen")) || 0,
+    lastResyncAt: 0,
   };
   /** id -> record of a stored (or streaming) message. */
   const byId = new Map();
@@ -936,7 +937,38 @@
 
   // ---------------------------------------------------------------------------------------------
   // Frames from the server
+  // ---------------------------------------------------------------------------------------------
+  // Gaps: a frame the server sent may not arrive (docs/protocol.md, resync). Seqs are dense per
+  // conversation, and a stream's deltas carry `pos` (code points before them): a seq or a pos
+  // that skips ahead, or a stream silent for STALL_MS, means something was missed, and a
+  // `resync` asks for every stored message after the last seq held complete.
+  const STALL_MS = 20000;
+  const RESYNC_EVERY_MS = 2000;
+
+  function requestResync() {
+    if (!state.ready) return;
+    const now = Date.now();
+    if (now - state.lastResyncAt < RESYNC_EVERY_MS) return;
+    if (send({ type: "resync", after: afterSeq() })) state.lastResyncAt = now;
+  }
+
+  function checkSeqGap(f) {
+    if (typeof f.seq !== "number" || !seqs.size || seqs.has(f.seq)) return;
+    if (f.seq > maxSeq() + 1) requestResync();
+  }
+
+  setInterval(() => {
+    const now = Date.now();
+    for (const rec of byId.values()) {
+      if (rec.streaming && now - (rec.lastFrameAt || now) > STALL_MS) {
+        rec.lastFrameAt = now; // one request per stall
+        requestResync();
+      }
+    }
+  }, 5000);
+
   function handleFrame(f) {
+    if (f.type === "message" || f.type === "stream.start" || f.type === "stream.end") checkSeqGap(f);
     switch (f.type) {
       case "conversation":
         return onConversation(f);
@@ -979,7 +1011,7 @@
 
   function newRecord(fields) {
     const rec = Object.assign(
-      { id: null, seq: null, role: "bot", text: "", streaming: false, endedByStream: false, cut: false },
+      { id: null, seq: null, role: "bot", text: "", cp: 0, streaming: false, endedByStream: false, cut: false },
       fields,
     );
     buildRow(rec);
@@ -1040,7 +1072,8 @@
     let rec = byId.get(f.id);
     if (rec) {
       if (rec.endedByStream) return; // already complete: ignore a duplicate stream
-      rec.text = ""; // a resume resends the text so far as one delta
+      rec.text = ""; // a resume (or resync) resends the text so far as one delta
+      rec.cp = 0;
       rec.streaming = true;
       if (typeof f.seq === "number" && rec.seq !== f.seq) {
         rec.seq = f.seq;
@@ -1055,6 +1088,7 @@
       place(rec);
     }
     rec.el.classList.remove("is-stalled");
+    rec.lastFrameAt = Date.now();
     noteSeq(rec);
     hideThinking();
     repaintSoon(rec);
@@ -1063,12 +1097,22 @@
   function onStreamDelta(f) {
     let rec = byId.get(f.id);
     if (!rec) {
-      // A delta without its start (should not happen): show it rather than lose it.
+      // A delta without its start (its start was missed): show it, and ask for what is missing.
       onStreamStart({ id: f.id, seq: null });
       rec = byId.get(f.id);
     }
     if (!rec.streaming || typeof f.text !== "string") return;
-    rec.text += f.text;
+    rec.lastFrameAt = Date.now();
+    const points = Array.from(f.text); // pos counts code points, not UTF-16 units
+    const pos = typeof f.pos === "number" ? f.pos : rec.cp;
+    if (pos > rec.cp) {
+      requestResync(); // deltas were missed: the replay resends the text so far
+      return;
+    }
+    if (pos + points.length <= rec.cp) return; // already shown
+    const fresh = pos < rec.cp ? points.slice(rec.cp - pos).join("") : f.text;
+    rec.text += fresh;
+    rec.cp = pos + points.length;
     repaintSoon(rec);
   }
 

@@ -64,6 +64,11 @@ async def test_redis_and_postgres_two_workers_share_a_conversation(live_kefu, re
         async with websockets.connect(second.ws, origin=second.base) as b:
             await b.send(json.dumps({"type": "hello", "conversation": conv["id"], "token": conv["token"]}))
             assert json.loads(await b.recv())["type"] == "conversation"
+            # The resume's replay runs after the conversation frame: wait until it is over (a
+            # socket handles frames in order, so the reply to a bad frame comes after it), or an
+            # answer that finished meanwhile is replayed as a message instead of streamed.
+            await b.send(json.dumps({"type": "feedback", "message_id": 0, "rating": "up"}))
+            assert json.loads(await b.recv())["code"] == "invalid"
             frames_a = await ask(a, "how many days is shipping?")
             frames_b = await recv_until(b, "stream.end")
     assert frames_a[-1]["route"] == "faq"

@@ -97,3 +97,52 @@ def test_reload_resumes_the_conversation_without_duplicates(live_kefu, browser):
     expect(page.locator("kefu-chat >> .kefu-msg--bot")).to_have_count(1, timeout=20000)
     expect(page.locator("kefu-chat >> .kefu-msg--shopper")).to_have_count(1)
     assert page.evaluate("window.kefu.state().conversation") == conv
+
+
+def test_frames_lost_on_the_way_are_mended_by_a_resync(live_kefu, browser):
+    """The socket loses a delta and the stream.end of an answer (dropped between the server and
+    the page): the widget sees the next delta's ``pos`` skip ahead, asks for a ``resync`` and
+    shows the whole answer, once."""
+    from playwright.sync_api import expect
+
+    kefu = live_kefu()
+    page = browser.new_page()
+    sent: list[dict] = []
+    deltas = {"n": 0}
+
+    def route(ws):
+        server = ws.connect_to_server()
+
+        def to_server(message):
+            sent.append(json.loads(message))
+            server.send(message)
+
+        def to_page(message):
+            frame = json.loads(message)
+            if frame["type"] == "stream.delta" and frame.get("id"):
+                deltas["n"] += 1
+                if deltas["n"] == 2:
+                    return  # lost on the way
+            if frame["type"] == "stream.end" and deltas["n"] >= 2 and not any(f["type"] == "resync" for f in sent):
+                return  # lost too: nothing later would reveal it
+            ws.send(message)
+
+        ws.on_message(to_server)
+        server.on_message(to_page)
+
+    page.route_web_socket(re.compile(r"/ws/chat/"), route)
+    page.goto(kefu.base + "/")
+    page.click("kefu-chat >> .kefu-launcher")
+    page.fill("kefu-chat >> #kefu-input", "how long does delivery take?")
+    page.press("kefu-chat >> #kefu-input", "Enter")
+    bot = page.locator("kefu-chat >> .kefu-msg--bot")
+    expect(bot.last.locator(".kefu-bubble")).to_have_text(re.compile(r"Express: next day"), timeout=20000)
+    assert bot.count() == 1
+    # (the numbered lines render as a list: its numbers are markers, not text)
+    shown = " ".join(bot.last.locator(".kefu-bubble").inner_text().split())
+    assert (
+        shown
+        == "Orders ship within 1 business day and arrive in 2-4 business days. Standard: 2-4 days Express: next day"
+    )
+    resyncs = [f for f in sent if f["type"] == "resync"]
+    assert len(resyncs) == 1 and resyncs[0]["after"] == 1  # the shopper's question, held complete

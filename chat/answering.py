@@ -38,6 +38,20 @@ _pending: set[uuid.UUID] = set()
 _claimed: dict[uuid.UUID, list[tuple[Message, Conversation]]] = {}
 
 
+# Ids of the bot answers this process is streaming now (their rows are ``streaming``).
+_streaming: set[int] = set()
+
+
+def running() -> set[asyncio.Task[None]]:
+    """The answering loops of this process still running (graceful shutdown waits for them)."""
+    return {t for t in _running.values() if not t.done()}
+
+
+def streaming_answers() -> set[int]:
+    """Message ids of the bot answers this process is streaming now."""
+    return set(_streaming)
+
+
 def is_idle(conversation_id: uuid.UUID) -> bool:
     """True when no answering loop of this process is working on the conversation."""
     task = _running.get(conversation_id)
@@ -214,6 +228,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     # runs out and a live process's sweep finishes it (chat.sweeper).
     fence = fencing.watch(cid, epoch)  # released below, after the row is finished
     lease = asyncio.get_running_loop().create_task(_renew_lease(bot.pk, fence))
+    _streaming.add(bot.pk)
     parts: list[str] = []
     sent = 0  # code points streamed so far
     ttft_ms: float | None = None
@@ -263,6 +278,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
             record = AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
         stored = await _finish_row(bot.pk, record)
     finally:
+        _streaming.discard(bot.pk)
         await fencing.release(fence)
         lease.cancel()
         await asyncio.gather(lease, return_exceptions=True)

@@ -71,6 +71,11 @@ def unregister(socket: Rejoins) -> None:
     _sockets.discard(socket)
 
 
+def sockets() -> list[Any]:
+    """The sockets this process serves now."""
+    return list(_sockets)
+
+
 async def deliver_locally(group: str, event: dict[str, Any]) -> int:
     """Hand ``event`` (a channel-layer event) to this process's sockets in ``group``, as the layer
     would have; returns how many got it. A socket's handler failing is logged and skipped."""

@@ -81,6 +81,7 @@ async def finish_orphaned_answers() -> int:
                 question_message_id=orphan.question.pk if orphan.question is not None else None,
                 question=orphan.question.text if orphan.question is not None else "",
                 text=row.text,
+                started_at=row.created_at,
             )
         except Exception:  # the cost estimate must not stop the shopper's answer
             log.exception("recording the lost call of answer %s failed", row.pk)

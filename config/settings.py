@@ -249,6 +249,10 @@ if KEFU_ANSWER_LEASE_S < 3:
 # Each process looks at the identity of the layer's Redis server this often, seconds, and its sockets
 # join their groups again when it changed (a restart or failover loses them; chat/regroup.py). 0: never.
 KEFU_REGROUP_POLL_S = _env("float", "KEFU_REGROUP_POLL_S", default=2.0)
+# On SIGTERM a web process closes its sockets (the widgets resume on another process) and lets
+# the answers it streams finish for up to this long, seconds, then stops (chat/shutdown.py).
+# 0: SIGTERM stops at once, as the server would.
+KEFU_SHUTDOWN_GRACE_S = _env("float", "KEFU_SHUTDOWN_GRACE_S", default=10.0)
 if KEFU_AGENT_GONE_ACTION not in ("queue", "bot"):
     raise ImproperlyConfigured(f"KEFU_AGENT_GONE_ACTION must be 'queue' or 'bot', not {KEFU_AGENT_GONE_ACTION!r}")
 if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:

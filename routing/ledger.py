@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -188,14 +188,30 @@ def saved_usd(*, tier: str, answer_text: str, prompt_tokens: int | None = None) 
 
 
 def lost_call_record(
-    *, tier: str, conversation_id: Any, message_id: int | None, question: str, received_text: str
+    *,
+    tier: str,
+    conversation_id: Any,
+    message_id: int | None,
+    question: str,
+    received_text: str,
+    since: datetime | None = None,
 ) -> Decimal:
     """Write the ledger row of a call whose process died while it streamed (kill -9, OOM): no
     attempt ever ended to record it, yet the upstream bills it. Tokens are estimated and the row
     says so (``estimated``, ``outcome`` ``failed``, ``error_code`` ``process_died``): prompt =
     :data:`TYPICAL_PROMPT_TOKENS` + the question's tokens, completion = the tokens of the text
     the shopper had (``received_text``), both counted with the tier model's tokenizer. Blocking
-    (tokenizer, database). Returns the estimated cost in USD. Raises ``KeyError`` for an unknown tier."""
+    (tokenizer, database). Returns the estimated cost in USD (0 and no row when the call was
+    recorded after all: a process that stopped gracefully records its abandoned calls itself; it
+    looks for such a row of ``message_id`` from ``since`` on). Raises ``KeyError`` for an unknown tier."""
+    if (
+        since is not None
+        and message_id is not None
+        and UpstreamCall.objects.filter(
+            message_id=message_id, error_code="abandoned", created_at__gte=since - timedelta(seconds=5)
+        ).exists()
+    ):
+        return Decimal(0)
     model = tier_model(tier)
     prompt = TYPICAL_PROMPT_TOKENS + (count_tokens(question, model) if question else 0)
     completion = count_tokens(received_text, model) if received_text else 0

@@ -21,6 +21,7 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -255,13 +256,21 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
 
 
 def answer_lost(
-    *, route: str, conversation_id: uuid.UUID, question_message_id: int | None, question: str, text: str
+    *,
+    route: str,
+    conversation_id: uuid.UUID,
+    question_message_id: int | None,
+    question: str,
+    text: str,
+    started_at: datetime | None = None,
 ) -> Decimal:
     """An answer whose process died while it streamed (Chat's orphan sweep found it): when it came
     from a remote tier (``route`` ``llm.<tier>``), write that call's ledger row, estimated from
     ``question`` and the ``text`` the shopper had (``routing.ledger.lost_call_record``), and return
     its estimated cost in USD; other routes cost nothing (0). Blocking: call in a thread.
-    ``question_message_id``: the shopper message it answered."""
+    ``question_message_id``: the shopper message it answered; ``started_at``: when the answer's
+    row was written (a call recorded since, by a process that stopped gracefully, is not counted
+    twice)."""
     tier = route.removeprefix("llm.")
     if not route.startswith("llm.") or tier not in settings.KEFU_TIERS:
         return Decimal(0)
@@ -271,6 +280,7 @@ def answer_lost(
         message_id=question_message_id,
         question=question,
         received_text=text,
+        since=started_at,
     )
 
 
@@ -332,6 +342,13 @@ async def router_wait_ready(*, poll_s: float = 0.1) -> None:
     threads, and a process has several event loops in tests)."""
     while not router_ready():
         await asyncio.sleep(poll_s)
+
+
+async def router_drain() -> None:
+    """Wait for the router's background work of this loop (ledger rows being written, cache-hit
+    audits handed off): before a process stops, so no paid call goes unrecorded."""
+    await ledger.flush()
+    await tasks.drain()
 
 
 def router_status() -> dict[str, str]:

@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
-from .. import regroup, sweeper
+from .. import regroup, shutdown, sweeper
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class FrameSocket(AsyncWebsocketConsumer):
         self.base_send = send
         self.groups_joined: set[str] = set()
         sweeper.ensure_sweeper()  # every process gives back the conversations of agents who vanished
+        shutdown.install()  # and drains on SIGTERM instead of dropping what it streams
         regroup.register(self)  # and joins its sockets' groups again after Redis lost them
         try:
             await await_many_dispatch([receive, self.channel_receive], self.dispatch)

@@ -16,7 +16,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from .. import answering, errors, events, limits, selectors, services, streams
+from .. import answering, errors, events, limits, selectors, services, shutdown, streams
 from ..models import MessageState
 from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_message
 from .base import CLOSE_FORBIDDEN, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
@@ -38,6 +38,9 @@ class ShopperConsumer(FrameSocket):
         self.owner_epoch = 0
         self.last_resync = float("-inf")
         await self.accept()
+        if shutdown.draining():  # this process is stopping: go to another one
+            await self.close(code=shutdown.CLOSE_RESTARTING)
+            return
         if not limits.socket_open(self.address):
             await self._send(error_frame("rate_limited", "too many open connections from this address"))
             await self.close(code=CLOSE_TOO_MANY)

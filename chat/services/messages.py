@@ -139,6 +139,16 @@ def answer_lease_renew(*, message_id: int) -> bool:
     return bool(Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(lease_until=until))
 
 
+def answer_leases_end(*, message_ids: list[int]) -> int:
+    """End the leases of these streaming answers now (their process is stopping without finishing
+    them): the next sweep of a live process takes them as orphans. How many were ended."""
+    return int(
+        Message.objects.filter(pk__in=message_ids, state=MessageState.STREAMING).update(
+            lease_until=timezone.now() - timedelta(seconds=1)
+        )
+    )
+
+
 def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message | None:
     """Store the end of a bot answer: the whole text and how it was made (state ``done``).
 

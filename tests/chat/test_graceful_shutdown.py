@@ -20,7 +20,7 @@ import pytest
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fake_openai import Behaviour, running_fake_openai  # noqa: E402
+from fake_openai import Behaviour, running_fake_openai
 
 pytestmark = pytest.mark.asyncio
 

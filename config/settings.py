@@ -114,7 +114,8 @@ if REDIS_URL:
     # Every Redis client reconnects and retries after Redis drops its connections (lib/redis_conn.py).
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels-redis with a receive a closing socket cannot eat (chat/layer.py)
+            "BACKEND": "chat.layer.ShieldedRedisChannelLayer",
             "CONFIG": {
                 "hosts": [
                     {

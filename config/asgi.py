@@ -13,6 +13,30 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 import chat.routing
 from chat.origins import WidgetOriginValidator
 
+
+def _close_oversized_frames_with_1009() -> None:
+    """A WebSocket message over Daphne's size limit (1 MiB) gets a close frame 1009 "message too
+    big", as RFC 6455 says, instead of a dropped TCP connection (1006 at the client): Autobahn,
+    under Daphne, fails connections by dropping them unless ``failByDrop`` is off, and Daphne has
+    no option for it. Its factory is built when the server starts, after this module is imported."""
+    try:
+        from autobahn.websocket.protocol import WebSocketServerFactory
+    except ImportError:  # another ASGI server: nothing to do
+        return
+    reset = WebSocketServerFactory.resetProtocolOptions
+    if getattr(reset, "_kefu", False):
+        return
+
+    def reset_protocol_options(self: WebSocketServerFactory) -> None:
+        reset(self)
+        self.failByDrop = False
+
+    reset_protocol_options._kefu = True  # type: ignore[attr-defined]
+    WebSocketServerFactory.resetProtocolOptions = reset_protocol_options  # type: ignore[method-assign]
+
+
+_close_oversized_frames_with_1009()
+
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,

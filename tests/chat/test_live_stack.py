@@ -126,3 +126,19 @@ async def test_burst_of_messages_over_a_real_socket_loses_nothing(live_kefu):
                 acks += f["type"] == "message"
                 ends += f["type"] == "stream.end"
         assert acks == len(questions) and ends == len(questions)
+
+
+async def test_a_frame_over_the_size_limit_is_closed_with_1009(live_kefu):
+    """Over Daphne's 1 MiB message limit: a close frame 1009 (message too big), not a dropped
+    connection (1006), and the server goes on serving."""
+    kefu = live_kefu()
+    async with websockets.connect(kefu.ws, origin=kefu.base, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "hello"}))
+        json.loads(await ws.recv())
+        await ws.send(json.dumps({"type": "message", "client_id": "big", "text": "x" * (1024 * 1024 + 10)}))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
+        await ws.send(json.dumps({"type": "hello"}))
+        assert json.loads(await ws.recv())["type"] == "conversation"

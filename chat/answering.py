@@ -200,14 +200,20 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     conversation was handed back or closed) nothing more is sent: the answer is stored as cut
     and ends with ``stream.end`` ``cut: true`` (no ``error`` frame, no handoff).
     """
-    if conversation.status == ConversationStatus.AGENT:
-        return  # an agent holds the conversation: the bot stays silent
     cid = conversation.id
+    if conversation.status == ConversationStatus.AGENT:
+        # An agent holds the conversation: the bot stays silent, and the message is theirs.
+        await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
+        return
     if not router.router_ready():
         # The process is starting: the message is stored and acknowledged; it is answered once
-        # the router has its models, never by a half-loaded one.
+        # the router has its models, never by a half-loaded one. The claim is renewed meanwhile.
         await events.publish(cid, notice_frame("starting", conversation.locale))
-        await router.router_wait_ready()
+        while not router.router_ready():
+            try:
+                await asyncio.wait_for(router.router_wait_ready(), settings.KEFU_ANSWER_LEASE_S / 3)
+            except TimeoutError:
+                await database_sync_to_async(services.claim_renew)(conversation_id=cid, seq=message.seq)
     received_at = message.created_at.timestamp()
     answer = await router.answer_open(question=question_of(message, conversation), history=history_loader(cid))
     if answer.remote:
@@ -219,6 +225,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         )
     except errors.AgentHolds:  # taken over since the message was claimed: the bot stays silent
         await answer.close()
+        await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
         return
     except BaseException:
         await answer.close()

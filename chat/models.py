@@ -46,6 +46,10 @@ class Conversation(models.Model):
     last_seq = models.PositiveIntegerField(default=0)
     # Highest shopper seq the bot has answered or deliberately skipped (agent held the chat).
     answered_seq = models.PositiveIntegerField(default=0)
+    # The claim on shopper message ``answered_seq`` until its answer's row exists: a process that
+    # dies in between (kill -9 right after the claim) leaves it to run out, and a live process's
+    # sweep answers the message (chat.sweeper). None: no claim waiting for its answer.
+    claim_until = models.DateTimeField(null=True, blank=True)
     # Fencing counter: bumped on every change of owner (take-over, hand-back, close). A bot
     # stream started under epoch N stops at the first chunk after the epoch moves on.
     owner_epoch = models.PositiveIntegerField(default=0)

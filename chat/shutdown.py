@@ -75,11 +75,14 @@ async def drain(grace_s: float) -> tuple[int, int]:
     ended within the grace, answers left to other processes)."""
     sockets = list(regroup.sockets())
     await asyncio.gather(*(s.close(code=CLOSE_RESTARTING) for s in sockets), return_exceptions=True)
-    running = answering.running()
+    deadline = asyncio.get_running_loop().time() + grace_s
     finished: set[asyncio.Task[Any]] = set()
     left: set[asyncio.Task[Any]] = set()
-    if running:
-        finished, left = await asyncio.wait(running, timeout=grace_s)
+    # Answers started meanwhile (a message that came in as the sockets closed) are waited for too.
+    while (running := answering.running() - finished) and (wait := deadline - asyncio.get_running_loop().time()) > 0:
+        done, left = await asyncio.wait(running, timeout=wait)
+        finished |= done
+    left = answering.running() - finished
     if left:
         ids = answering.streaming_answers()
         if ids:

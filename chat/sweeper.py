@@ -94,6 +94,25 @@ async def finish_orphaned_answers() -> int:
     return finished
 
 
+async def answer_orphaned_claims() -> int:
+    """Answer every shopper message whose claim ran out before its answer's row was written (the
+    claiming process died in between: kill -9 right after it stored and claimed the message).
+    Each is taken once however many processes sweep (a conditional update); returns how many."""
+    taken = 0
+    for orphan in await database_sync_to_async(services.orphaned_claims)():
+        conversation = orphan.conversation
+        if not await database_sync_to_async(services.orphan_claim_take)(
+            conversation_id=conversation.pk, claim_until=orphan.claim_until
+        ):
+            continue
+        taken += 1
+        log.warning(
+            "message %s of %s was claimed and never answered; answering it", orphan.question.seq, conversation.pk
+        )
+        answering.answer_as_one(messages=[orphan.question], conversation=conversation)
+    return taken
+
+
 _sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
 
 
@@ -118,6 +137,10 @@ async def _sweep() -> None:
             await finish_orphaned_answers()
         except Exception:  # the task's edge, as above
             log.exception("finishing orphaned answers failed")
+        try:
+            await answer_orphaned_claims()
+        except Exception:  # the task's edge, as above
+            log.exception("answering orphaned claims failed")
 
 
 async def stop_sweeper() -> None:

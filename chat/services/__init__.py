@@ -36,10 +36,14 @@ from .messages import (
     answer_leases_end,
     bot_message_begin,
     bot_message_finish,
+    claim_release,
+    claim_renew,
     feedback_record,
     message_receive,
+    orphan_claim_take,
     orphan_finish,
     orphaned_answers,
+    orphaned_claims,
 )
 
 __all__ = [
@@ -57,6 +61,8 @@ __all__ = [
     "bot_message_begin",
     "bot_message_finish",
     "cache_answer_mark_wrong",
+    "claim_release",
+    "claim_renew",
     "conversation_authenticate",
     "conversation_close",
     "conversation_escalate",
@@ -69,7 +75,9 @@ __all__ = [
     "message_receive",
     "next_seq",
     "note_add",
+    "orphan_claim_take",
     "orphan_finish",
     "orphaned_answers",
+    "orphaned_claims",
     "unanswered_by_anyone",
 ]

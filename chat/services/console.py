@@ -59,9 +59,11 @@ class HandBack:
 
 
 def unanswered_by_anyone(conversation_id: uuid.UUID) -> list[Message]:
-    """The shopper messages after the conversation's last agent or bot message, oldest first."""
+    """The shopper messages after the conversation's last agent message or whole bot answer,
+    oldest first (a bot answer cut short, by a take-over or a failure, answered nothing)."""
     last_reply = (
-        Message.objects.filter(conversation_id=conversation_id, role__in=(Role.AGENT, Role.BOT))
+        Message.objects.filter(conversation_id=conversation_id)
+        .filter(models_Q(role=Role.AGENT) | models_Q(role=Role.BOT, cut=False))
         .order_by("-seq")
         .values_list("seq", flat=True)
         .first()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -22,6 +23,15 @@ from ..models import Conversation, ConversationStatus, Message, MessageState, Ro
 from .conversations import next_seq
 
 
+def _claim_deadline() -> datetime:
+    """Until when a new claim (or a renewed one) holds: ``KEFU_ANSWER_LEASE_S`` from now."""
+    return timezone.now() + timedelta(seconds=settings.KEFU_ANSWER_LEASE_S)
+
+
+def _claim_deadline_db() -> Any:
+    return connection.ops.adapt_datetimefield_value(_claim_deadline())
+
+
 def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: int) -> bool:
     """Inside ``message_receive``'s transaction: claim ``seq`` for answering (``answered_seq =
     seq``) unless an older shopper message (after ``answered_seq``) still waits; True if claimed.
@@ -33,9 +43,9 @@ def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: 
     pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {conv} SET answered_seq = %s WHERE id = %s AND NOT EXISTS ("
+            f"UPDATE {conv} SET answered_seq = %s, claim_until = %s WHERE id = %s AND NOT EXISTS ("
             f"SELECT 1 FROM {msg} WHERE conversation_id = %s AND role = %s AND seq > %s AND seq < %s)",
-            [seq, pk, pk, Role.SHOPPER.value, answered_seq, seq],
+            [seq, _claim_deadline_db(), pk, pk, Role.SHOPPER.value, answered_seq, seq],
         )
         return cursor.rowcount == 1
 
@@ -98,7 +108,7 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
         if msg is None:
             return None
         won = Conversation.objects.filter(pk=conversation_id, answered_seq=conv.answered_seq).update(
-            answered_seq=msg.seq
+            answered_seq=msg.seq, claim_until=_claim_deadline()
         )
         if won:
             conv.answered_seq = msg.seq
@@ -128,7 +138,62 @@ def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: s
             reply_to_seq=reply_to_seq,
             lease_until=timezone.now() + timedelta(seconds=settings.KEFU_ANSWER_LEASE_S),
         )
+        # The answer's own lease takes over from the claim on its question.
+        Conversation.objects.filter(pk=conversation_id, answered_seq=reply_to_seq).update(claim_until=None)
     return msg, int(epoch)
+
+
+def claim_renew(*, conversation_id: uuid.UUID, seq: int) -> bool:
+    """Extend the claim on shopper message ``seq`` (its answer is still being prepared: the router
+    is starting); False when it is no longer this claim (a sweep took it, or it was answered)."""
+    return bool(
+        Conversation.objects.filter(pk=conversation_id, answered_seq=seq, claim_until__isnull=False).update(
+            claim_until=_claim_deadline()
+        )
+    )
+
+
+def claim_release(*, conversation_id: uuid.UUID, seq: int) -> None:
+    """Drop the claim on shopper message ``seq`` without an answer row (an agent holds the
+    conversation: the message is theirs, and a hand-back or a gone agent answers it)."""
+    Conversation.objects.filter(pk=conversation_id, answered_seq=seq).update(claim_until=None)
+
+
+@dataclass(frozen=True)
+class OrphanClaim:
+    """A claimed shopper message whose claim ran out before its answer's row was written."""
+
+    conversation: Conversation
+    question: Message
+    claim_until: datetime
+
+
+def orphaned_claims() -> list[OrphanClaim]:
+    """Claims that ran out (``claim_until`` past) on conversations no agent holds, whose claimed
+    message has no bot or agent message after it: the process that claimed it died before it
+    wrote the answer's row. Oldest first, at most 100."""
+    out = []
+    for conv in (
+        Conversation.objects.filter(claim_until__lt=timezone.now())
+        .exclude(status=ConversationStatus.AGENT)
+        .order_by("claim_until")[:100]
+    ):
+        question = Message.objects.filter(conversation_id=conv.pk, seq=conv.answered_seq, role=Role.SHOPPER).first()
+        replied = Message.objects.filter(
+            conversation_id=conv.pk, seq__gt=conv.answered_seq, role__in=(Role.BOT, Role.AGENT)
+        ).exists()
+        if question is None or replied:
+            Conversation.objects.filter(pk=conv.pk, claim_until=conv.claim_until).update(claim_until=None)
+            continue
+        assert conv.claim_until is not None
+        out.append(OrphanClaim(conv, question, conv.claim_until))
+    return out
+
+
+def orphan_claim_take(*, conversation_id: uuid.UUID, claim_until: datetime) -> bool:
+    """Take an orphaned claim for answering (a conditional update: of several sweeping processes
+    exactly one gets True)."""
+    return bool(Conversation.objects.filter(pk=conversation_id, claim_until=claim_until).update(claim_until=None))
 
 
 def answer_lease_renew(*, message_id: int) -> bool:

@@ -113,3 +113,64 @@ async def test_a_remote_orphan_gets_its_estimated_ledger_row(make_client, faq, s
         tier="simple", prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens
     )
     assert row.cost_usd > 0
+
+
+@database_sync_to_async
+def claimed_and_killed(*, claim_left_s: float, status: str = "bot") -> tuple[Conversation, str]:
+    """A conversation as a worker killed right after storing and claiming a message leaves it:
+    the question claimed (``answered_seq``), no answer row, the claim running out in
+    ``claim_left_s`` seconds (negative: ran out)."""
+    conv, token = services.conversation_start(locale="en")
+    Message.objects.create(conversation=conv, seq=1, role="shopper", text=QUESTION, client_id="c-1")
+    Conversation.objects.filter(pk=conv.pk).update(
+        last_seq=1, answered_seq=1, status=status, claim_until=timezone.now() + timedelta(seconds=claim_left_s)
+    )
+    return conv, token
+
+
+async def test_a_claimed_message_whose_process_died_before_answering_is_answered(make_client, faq):
+    conv, token = await claimed_and_killed(claim_left_s=-1)
+    shopper = await make_client()
+    await shopper.hello(conversation=str(conv.pk), token=token)
+    assert (await shopper.recv())["seq"] == 1  # the replayed question
+    assert await sweeper.answer_orphaned_claims() == 1
+    frames = await shopper.until("stream.end")
+    assert frames[-1]["route"] == "faq" and frames[-1]["text"].startswith("Orders ship within 1 business day")
+    stored = await rows(conv.pk)
+    assert stored[1][:3] == (2, "bot", "done") and stored[1][5] == 1
+    assert await sweeper.answer_orphaned_claims() == 0  # taken once
+    claim = await database_sync_to_async(lambda: Conversation.objects.get(pk=conv.pk).claim_until)()
+    assert claim is None
+
+
+async def test_a_live_claim_or_an_agents_conversation_is_left_alone(make_client, faq):
+    live, _ = await claimed_and_killed(claim_left_s=10)
+    held, _ = await claimed_and_killed(claim_left_s=-1, status="agent")
+    assert await sweeper.answer_orphaned_claims() == 0
+    assert [r[1] for r in await rows(live.pk)] == ["shopper"]
+    assert [r[1] for r in await rows(held.pk)] == ["shopper"]
+
+
+async def test_an_answer_writes_its_row_and_drops_the_claim(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(QUESTION)
+    await shopper.until("stream.end")
+    conv = await database_sync_to_async(Conversation.objects.get)(pk=shopper.conversation)
+    assert conv.answered_seq == 1 and conv.claim_until is None
+
+
+async def test_a_bot_answer_cut_short_answers_nothing_for_a_hand_back():
+    """A take-over cut the bot's answer to the question: the agent left without replying, so the
+    question is still unanswered (it is answered again when the conversation goes back)."""
+
+    @database_sync_to_async
+    def check() -> None:
+        conv, _ = services.conversation_start(locale="en")
+        Message.objects.create(conversation=conv, seq=1, role="shopper", text="hi", client_id="a")
+        Message.objects.create(conversation=conv, seq=2, role="bot", text="Hel", cut=True, reply_to_seq=1)
+        assert [m.seq for m in services.unanswered_by_anyone(conv.pk)] == [1]
+        Message.objects.create(conversation=conv, seq=3, role="bot", text="Hello!", reply_to_seq=1)
+        assert services.unanswered_by_anyone(conv.pk) == []
+
+    await check()

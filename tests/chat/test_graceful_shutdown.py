@@ -19,6 +19,8 @@ import psycopg
 import pytest
 import websockets
 
+from tests.sockets import frames_until as _frames_until
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_openai import Behaviour, running_fake_openai
 
@@ -29,13 +31,8 @@ ANSWER = "".join(f"part{i:02d} " for i in range(30))
 
 
 async def frames_until(ws: Any, kind: str, timeout: float = 60) -> list[dict[str, Any]]:
-    frames = []
-    async with asyncio.timeout(timeout):
-        while True:
-            f = json.loads(await ws.recv())
-            frames.append(f)
-            if f["type"] == kind:
-                return frames
+    """``tests.sockets.frames_until`` waiting up to 60 s (answers here outlast a dead worker)."""
+    return await _frames_until(ws, kind, timeout)
 
 
 def ledger(pg: str, conversation: str) -> list[tuple[str, str]]:

@@ -11,17 +11,9 @@ import uuid
 import pytest
 import websockets
 
+from tests.sockets import frames_until as recv_until
+
 pytestmark = pytest.mark.asyncio
-
-
-async def recv_until(ws, kind: str, timeout: float = 30) -> list[dict]:
-    frames = []
-    async with asyncio.timeout(timeout):
-        while True:
-            f = json.loads(await ws.recv())
-            frames.append(f)
-            if f["type"] == kind:
-                return frames
 
 
 async def ask(ws, text: str) -> list[dict]:

@@ -16,20 +16,12 @@ from typing import Any
 import pytest
 import websockets
 
+from tests.sockets import frames_until
+
 pytestmark = pytest.mark.asyncio
 
 RETURNS = "You can return unused items within 30 days for a full refund."
 PAYMENT = "We accept Visa, Mastercard, PayPal and Apple Pay."
-
-
-async def frames_until(ws: Any, kind: str, timeout: float = 30) -> list[dict[str, Any]]:
-    frames = []
-    async with asyncio.timeout(timeout):
-        while True:
-            f = json.loads(await ws.recv())
-            frames.append(f)
-            if f["type"] == kind:
-                return frames
 
 
 async def ask(ws: Any, text: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ PostgreSQL are; the tests that need them reach them explicitly (tests/conftest.p
 """
 
 import os
+import tempfile
 
 _saved = {
     k: os.environ.pop(k) for k in ("REDIS_URL", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL") if k in os.environ
@@ -24,11 +25,11 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # test ended and write to the database while the next test sets up. Their own tests switch them on.
 KEFU_CACHE_AUDIT_RATE = 0.0
 KEFU_SUMMARY_MIN_TURNS = 0
-# Django's test database is shared-cache in-memory SQLite, where a connection that reads a table
-# makes another connection's write to it fail at once ("database table is locked"), instead of
-# waiting as the file database the app runs on does (WAL). Summary threads read a conversation
-# while the next message is stored (CI failed so once); read_uncommitted makes readers take no
-# table locks in shared-cache mode (https://www.sqlite.org/sharedcache.html, section 2.2.1).
-DATABASES["default"]["OPTIONS"]["init_command"] = (  # noqa: F405
-    DATABASES["default"]["OPTIONS"].get("init_command", "") + " PRAGMA read_uncommitted = 1;"  # noqa: F405
-)
+# Django's default test database is shared-cache in-memory SQLite, where a second writer fails
+# at once with "database table is locked" instead of waiting for the busy timeout as the WAL file
+# the app runs on does: a summary task and a ledger row written at the same moment lost the row
+# (CI failed so). The tests use a file, as the app does, so they lock as production locks. One per
+# test process: a second run at the same time (a fresh clone's CI) must not share it.
+DATABASES["default"]["TEST"] = {  # noqa: F405
+    "NAME": os.path.join(tempfile.gettempdir(), f"kefu-test-{os.getpid()}.sqlite3"),
+}

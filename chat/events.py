@@ -15,7 +15,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from . import fencing, regroup
+from . import availability, fencing, regroup
 from .models import Message
 from .protocol import MessageFrame, StreamEndFrame, Usage
 
@@ -155,9 +155,8 @@ async def publish_owner_change(*, conversation_id: uuid.UUID, status: str, agent
     """After a take-over, hand-back or close committed: stop this conversation's bot streams in
     every process (``chat.fencing``), then send the ``status`` frame (with ``agent`` when one
     holds it) to the conversation and the console list. The event carries ``epoch`` so shopper
-    sockets drop bot deltas of older epochs still in flight."""
-    await fencing.publish_epoch(uuid.UUID(str(conversation_id)), epoch)
-    frame: dict[str, Any] = {"type": "status", "status": status}
-    if agent:
-        frame["agent"] = agent
-    await publish(conversation_id, frame, epoch=epoch)
+    sockets drop bot deltas of older epochs still in flight. The frame carries the shopper's
+    ``availability`` (``chat.availability.status_frame``)."""
+    cid = uuid.UUID(str(conversation_id))
+    await fencing.publish_epoch(cid, epoch)
+    await publish(conversation_id, await availability.status_frame(cid, status, agent=agent), epoch=epoch)

@@ -27,14 +27,16 @@ from django.utils import timezone
 
 from routing import services as router
 
-from . import events, presence, services
+from . import availability, events, presence, services
 from .models import Conversation, ConversationStatus, Message, Role
 from .selectors import console_rows
 
 NO_AGENT_NOTICE = {
     "en": "No one from our team is online right now. Your conversation is in the queue and a person "
-    "will reply here as soon as one is available; meanwhile I'll keep helping with what I can.",
-    "zh": "目前没有人工客服在线。您的对话已在排队，客服上线后会在这里回复您；在此之前我会继续尽力为您解答。",
+    "will reply here as soon as one is available; you can also leave your e-mail address below. "
+    "Meanwhile I'll keep helping with what I can.",
+    "zh": "目前没有人工客服在线。您的对话已在排队，客服上线后会在这里回复您；您也可以在下方留下邮箱。"
+    "在此之前我会继续尽力为您解答。",
 }
 BOT_TOLD_MAX = 5
 SNIPPET = 140
@@ -118,7 +120,9 @@ async def escalate(*, conversation_id: uuid.UUID, message: Message, route: str, 
     )
     if esc.status != ConversationStatus.WAITING_AGENT:
         return  # an agent took it over (or it closed) meanwhile: nothing to queue
-    await events.publish(conversation_id, {"type": "status", "status": ConversationStatus.WAITING_AGENT.value})
+    await events.publish(
+        conversation_id, await availability.status_frame(conversation_id, ConversationStatus.WAITING_AGENT.value)
+    )
     if esc.notice is not None:
         await events.publish(conversation_id, events.message_frame(esc.notice))
     if esc.entered:

@@ -61,6 +61,12 @@ class Conversation(models.Model):
     handoff_reason = models.CharField(max_length=200, blank=True)
     # When it entered the agents' queue (status ``waiting_agent``); the console lists the longest wait first.
     waiting_since = models.DateTimeField(null=True, blank=True)
+    # When an agent last took it over from the queue: the queue's recent take-over rate, which
+    # estimates a waiting shopper's wait (chat.availability).
+    queue_taken_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # An address the shopper left (the widget offers the form while no agent is online), for an
+    # agent to reply to later; shown in the console. "" when none.
+    contact_email = models.EmailField(max_length=254, blank=True)
     # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
     handoff_packet = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, help_text="Rolling summary of turns older than the prompt window.")

@@ -24,12 +24,24 @@ class Usage(TypedDict):
     estimated: bool
 
 
+class AvailabilityInfo(TypedDict):
+    """What a shopper is told about people (``chat.availability``): agents online now, the
+    place in the agents' queue (1 = next; None unless waiting), the estimated wait in seconds
+    (None: unknown) and whether the shopper left an e-mail address."""
+
+    agents_online: int
+    queue_position: int | None
+    expected_wait_s: int | None
+    contact_saved: bool
+
+
 class ConversationFrame(TypedDict):
     type: Literal["conversation"]
     id: str
     token: str
     status: str
     protocol: int
+    availability: NotRequired[AvailabilityInfo]
 
 
 class MessageFrame(TypedDict):
@@ -73,6 +85,31 @@ class StatusFrame(TypedDict):
     type: Literal["status"]
     status: str
     agent: NotRequired[str]
+    availability: NotRequired[AvailabilityInfo]
+
+
+#: Longest e-mail address a ``contact`` frame may carry (RFC 5321's path limit, as Django's EmailField).
+MAX_EMAIL_CHARS = 254
+
+
+def validate_contact(content: dict[str, Any]) -> str:
+    """The e-mail address of a ``contact`` frame (``{"type": "contact", "email": STR}``), trimmed.
+    Raises :class:`ProtocolError` ``invalid`` when it is not a string, longer than
+    :data:`MAX_EMAIL_CHARS` code points or not an address Django's ``validate_email`` accepts."""
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_email
+
+    email = content.get("email")
+    if not isinstance(email, str) or is_blank(email):
+        raise ProtocolError("invalid", "email must be a non-blank string")
+    email = email.strip()
+    if len(email) > MAX_EMAIL_CHARS:
+        raise ProtocolError("invalid", f"email is {len(email)} characters; the limit is {MAX_EMAIL_CHARS}")
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise ProtocolError("invalid", "that is not a valid e-mail address") from None
+    return email
 
 
 class NoticeFrame(TypedDict):

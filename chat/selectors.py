@@ -58,7 +58,7 @@ def _iso(value: Any) -> str | None:
 
 def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
-    ``{"id", "status", "agent", "locale", "waiting_since", "updated_at", "reason",
+    ``{"id", "status", "agent", "locale", "waiting_since", "updated_at", "reason", "contact_email",
     "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None}``."""
     last = Message.objects.filter(conversation=OuterRef("pk")).order_by("-seq")
     rows = queryset.annotate(
@@ -75,6 +75,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "waiting_since",
         "updated_at",
         "handoff_reason",
+        "contact_email",
         "last_seq_v",
         "last_role",
         "last_text",
@@ -99,6 +100,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                 "waiting_since": _iso(r["waiting_since"]),
                 "updated_at": _iso(r["updated_at"]),
                 "reason": r["handoff_reason"],
+                "contact_email": r["contact_email"],
                 "last_message": last_message,
             }
         )

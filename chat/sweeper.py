@@ -17,15 +17,19 @@ the question is answered again.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import uuid
 import weakref
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.core.cache import cache
 
 from routing import services as router
 
-from . import answering, events, services, streams
+from . import answering, availability, events, services, streams
 from .models import ConversationStatus
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,42 @@ async def release_gone_agents() -> int:
         await events.publish(change.conversation_id, events.message_frame(notice))
         answering.answer_as_one(messages=back.unanswered, conversation=back.conversation)
     return len(released)
+
+
+def _digest(state: availability.Availability) -> str:
+    return hashlib.sha1(json.dumps(state.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _told_key(conversation_id: uuid.UUID) -> str:
+    return f"kefu:avail:{conversation_id.hex}"
+
+
+#: How long the availability last told to a waiting shopper is remembered (seconds).
+TOLD_TTL_S = 3600
+
+
+def _changed(queue: dict[uuid.UUID, availability.Availability]) -> list[uuid.UUID]:
+    keys = {_told_key(cid): cid for cid in queue}
+    before = cache.get_many(list(keys))
+    changed = {key: digest for key, cid in keys.items() if before.get(key) != (digest := _digest(queue[cid]))}
+    if changed:
+        cache.set_many(changed, TOLD_TTL_S)
+    return [keys[key] for key in changed]
+
+
+async def announce_queue() -> int:
+    """Send an ``availability`` frame (``chat.availability``) to every waiting conversation whose
+    availability differs from what it was last told by a sweep: the queue moved, an agent came or
+    went, the take-over rate changed. Returns the number sent. The state last told is kept in the
+    cache (shared by every process with ``REDIS_URL``), so one sweeping process tells each change;
+    two sweeping at the same moment may both send it, and the widget just shows it again."""
+    queue = await database_sync_to_async(availability.of_queue)()
+    if not queue:
+        return 0
+    changed = await database_sync_to_async(_changed)(queue)
+    for cid in changed:
+        await events.publish(cid, {"type": "availability", **queue[cid].as_dict()})
+    return len(changed)
 
 
 INTERRUPTED = {
@@ -141,6 +181,10 @@ async def _sweep() -> None:
             await answer_orphaned_claims()
         except Exception:  # the task's edge, as above
             log.exception("answering orphaned claims failed")
+        try:
+            await announce_queue()
+        except Exception:  # the task's edge, as above
+            log.exception("telling waiting shoppers their place in the queue failed")
 
 
 async def stop_sweeper() -> None:

@@ -16,9 +16,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from .. import answering, errors, events, limits, selectors, services, shutdown, streams
+from .. import answering, availability, errors, events, limits, selectors, services, shutdown, streams
 from ..models import MessageState
-from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_message
+from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_contact, validate_message
 from .base import CLOSE_FORBIDDEN, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,8 @@ class ShopperConsumer(FrameSocket):
                 await self.on_feedback(content)
             elif kind == "resync":
                 await self.on_resync(content)
+            elif kind == "contact":
+                await self.on_contact(content)
             else:
                 raise ProtocolError("invalid", f"unknown frame type {kind!r}")
         except ProtocolError as e:
@@ -142,6 +144,7 @@ class ShopperConsumer(FrameSocket):
             return
         self.conversation_id = conv.id
         self.locale = conv.locale
+        told = await database_sync_to_async(availability.of_conversation)(conv.id)
         await self._send(
             {
                 "type": "conversation",
@@ -149,6 +152,7 @@ class ShopperConsumer(FrameSocket):
                 "token": token,
                 "status": conv.status,
                 "protocol": PROTOCOL_VERSION,
+                "availability": told.as_dict(),
             }
         )
         if resumed:
@@ -251,11 +255,27 @@ class ShopperConsumer(FrameSocket):
             self.sent_ids.add(received.message.pk)
             await self._send(events.message_frame(received.message))
         if received.reopened:
-            await events.publish(self.conversation_id, {"type": "status", "status": "bot"})
+            await events.publish(self.conversation_id, await availability.status_frame(self.conversation_id, "bot"))
         if received.claimed is not None:
             answering.enqueue_claimed(received.message, received.claimed)
         else:
             answering.kick(self.conversation_id)
+
+    async def on_contact(self, content: dict[str, Any]) -> None:
+        """``contact`` ``email``: the shopper leaves an address for a reply (the widget offers it
+        while no agent is online). Stored with the conversation; this socket gets
+        ``contact.saved``, every socket of the conversation its ``availability`` (now
+        ``contact_saved``), every console a ``conversation.update`` with ``contact_email``."""
+        assert self.conversation_id is not None
+        email = validate_contact(content)
+        changed = await database_sync_to_async(services.contact_save)(conversation_id=self.conversation_id, email=email)
+        await self._send({"type": "contact.saved", "email": email})
+        if changed:
+            told = await database_sync_to_async(availability.of_conversation)(self.conversation_id)
+            await events.publish(self.conversation_id, {"type": "availability", **told.as_dict()})
+            await events.publish_agents(
+                {"type": "conversation.update", "conversation": str(self.conversation_id), "contact_email": email}
+            )
 
     async def on_feedback(self, content: dict[str, Any]) -> None:
         assert self.conversation_id is not None

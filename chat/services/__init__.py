@@ -22,6 +22,7 @@ from .console import (
 )
 from .conversations import (
     Escalation,
+    contact_save,
     conversation_authenticate,
     conversation_escalate,
     conversation_set_status,
@@ -63,6 +64,7 @@ __all__ = [
     "cache_answer_mark_wrong",
     "claim_release",
     "claim_renew",
+    "contact_save",
     "conversation_authenticate",
     "conversation_close",
     "conversation_escalate",

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 from django.db.models import Q as models_Q
 from django.utils import timezone
 
@@ -98,6 +98,7 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
     Raises ``NotFound``.
     """
     name = agent_display_name(agent)
+    now = timezone.now()
     with transaction.atomic():
         won = (
             Conversation.objects.filter(pk=conversation_id)
@@ -108,7 +109,11 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
                 agent_name=name,
                 owner_epoch=F("owner_epoch") + 1,
                 waiting_since=None,
-                updated_at=timezone.now(),
+                # Taken from the queue: counts in the take-over rate that estimates waits.
+                queue_taken_at=Case(
+                    When(status=ConversationStatus.WAITING_AGENT, then=Value(now)), default=F("queue_taken_at")
+                ),
+                updated_at=now,
             )
         )
         return _owner_state(conversation_id, bool(won))

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from ..errors import AccessDenied
+from ..errors import AccessDenied, NotFound
 from ..models import Conversation, ConversationStatus, Message, Role
 
 
@@ -147,3 +147,17 @@ def conversation_escalate(
             Conversation.objects.filter(pk=conversation_id).values_list("status", "waiting_since").get()
         )
     return Escalation(entered=entered, status=status, packet=packet, waiting_since=waiting_since, notice=notice)
+
+
+def contact_save(*, conversation_id: uuid.UUID, email: str) -> bool:
+    """Store ``email`` (validated by the caller: ``chat.protocol.validate_contact``) as the address
+    the shopper left for a reply (``Conversation.contact_email``; a later one replaces it). True
+    when it changed. Raises ``NotFound``."""
+    with transaction.atomic():
+        current = Conversation.objects.filter(pk=conversation_id).values_list("contact_email", flat=True).first()
+        if current is None:
+            raise NotFound(str(conversation_id))
+        if current == email:
+            return False
+        Conversation.objects.filter(pk=conversation_id).update(contact_email=email, updated_at=timezone.now())
+    return True

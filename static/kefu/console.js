@@ -166,6 +166,7 @@
       if (f.status === "waiting_agent" && !row.waiting_since) row.waiting_since = new Date().toISOString();
       if (f.status !== "waiting_agent") row.waiting_since = null;
     }
+    if (f.contact_email) row.contact_email = f.contact_email;
     if (f.last_message && (!row.last_message || f.last_message.seq >= row.last_message.seq)) row.last_message = f.last_message;
     row.updated_at = new Date().toISOString();
     state.rows.set(row.id, row);
@@ -214,6 +215,7 @@
     head.append(el("span", "queue__id", shortId(row.id)));
     if (row.status === "waiting_agent") head.append(el("span", "queue__wait", `waiting ${since(row.waiting_since)}`));
     if (row.status === "agent") head.append(el("span", "queue__agent", row.agent || "agent"));
+    if (row.contact_email) head.append(el("span", "queue__contact", `✉ ${row.contact_email}`));
     btn.append(head);
     const last = row.last_message;
     if (last) {
@@ -389,6 +391,7 @@
     const status = info.status || "bot";
     let text = STATUS_LABEL[status] || status;
     if (status === "agent") text += `: ${info.agent === state.me ? "you" : info.agent}`;
+    if (info.contact_email) text += ` · reply by e-mail: ${info.contact_email}`;
     $("detail-status").textContent = text;
     $("detail").dataset.status = status;
     $("btn-take").disabled = status === "agent";

@@ -84,7 +84,18 @@
       counter: (n, max) => `${n.toLocaleString("en")} / ${max.toLocaleString("en")}`,
       counterUnit: " characters",
       tooLong: (max) => `Too long: ${max.toLocaleString("en")} characters at most.`,
-      noticeWaiting: "Connecting you to a person…",
+      minutes: (s) => `about ${Math.max(1, Math.ceil(s / 60))} min`,
+      subtitleQueue: (pos, wait) => `You're number ${pos} in the queue` + (wait ? ` · ${wait}` : ""),
+      subtitleNoOne: "No one from our team is online right now",
+      teamOnline: (n) => (n === 1 ? "1 person from our team is online" : `${n} people from our team are online`),
+      teamOffline: "No one from our team is online",
+      noticeWaiting: (pos, wait) =>
+        `Waiting for a person from our team: you're number ${pos} in the queue` + (wait ? ` (${wait}).` : "."),
+      contactPrompt: "No one is online to reply now. Leave your e-mail address and we'll answer there:",
+      contactLabel: "Your e-mail address",
+      contactSave: "Save",
+      contactSaved: (email) => `Thanks! We'll reply to ${email}.`,
+      contactInvalid: "Please enter a valid e-mail address.",
       notices: { starting: "We're just starting up. Your message is saved and we'll answer it in a moment." },
       noticeAgent: (name) => `${name} joined the conversation`,
       noticeAgentAnon: "An agent joined the conversation",
@@ -136,7 +147,17 @@
       counter: (n, max) => `${n} / ${max}`,
       counterUnit: " 字",
       tooLong: (max) => `消息过长：最多 ${max} 字。`,
-      noticeWaiting: "正在为您转接人工客服…",
+      minutes: (s) => `预计约 ${Math.max(1, Math.ceil(s / 60))} 分钟`,
+      subtitleQueue: (pos, wait) => `您在队列中排第 ${pos} 位` + (wait ? ` · ${wait}` : ""),
+      subtitleNoOne: "目前没有人工客服在线",
+      teamOnline: (n) => `${n} 位人工客服在线`,
+      teamOffline: "目前没有人工客服在线",
+      noticeWaiting: (pos, wait) => `正在等待人工客服：您在队列中排第 ${pos} 位` + (wait ? `（${wait}）。` : "。"),
+      contactPrompt: "目前没有客服在线。留下您的邮箱，我们会通过邮件回复您：",
+      contactLabel: "您的邮箱",
+      contactSave: "保存",
+      contactSaved: (email) => `谢谢！我们会回复到 ${email}。`,
+      contactInvalid: "请输入有效的邮箱地址。",
       notices: { starting: "系统正在启动，您的消息已保存，稍后马上为您解答。" },
       noticeAgent: (name) => `${name} 已加入对话`,
       noticeAgentAnon: "人工客服已加入对话",
@@ -372,6 +393,11 @@
     conversation: stored && stored.id ? String(stored.id) : null,
     token: stored && stored.token ? String(stored.token) : null,
     status: null, // bot | waiting_agent | agent | closed
+    // What the server says about people (docs/protocol.md, availability): agents_online,
+    // queue_position, expected_wait_s, contact_saved. The header, the notices and the e-mail
+    // form all read it, so the widget never says two things at once.
+    avail: null,
+    contactPending: null, // the address sent in a `contact` frame, until contact.saved or an error
     agentName: null,
     attempts: 0,
     reconnectTimer: 0,
@@ -517,7 +543,30 @@
   counter.id = "kefu-counter";
   counter.hidden = true;
   below.append(error, hint, counter);
-  footer.append(form, below);
+  // The e-mail form, offered while the shopper waits and no one from the team is online.
+  const contactBox = h("div", "kefu-contact");
+  contactBox.hidden = true;
+  const contactText = h("p", "kefu-contact__text", T.contactPrompt);
+  contactText.id = "kefu-contact-text";
+  const contactForm = h("form", "kefu-contact__form");
+  contactForm.noValidate = true;
+  const contactLabel = h("label", "kefu-sr", T.contactLabel);
+  contactLabel.htmlFor = "kefu-contact-email";
+  const contactInput = h("input", "kefu-contact__input");
+  contactInput.id = "kefu-contact-email";
+  contactInput.type = "email";
+  contactInput.autocomplete = "email";
+  contactInput.maxLength = 254;
+  contactInput.placeholder = "name@example.com";
+  contactInput.setAttribute("aria-describedby", "kefu-contact-text kefu-contact-error");
+  const contactBtn = h("button", "kefu-contact__save", T.contactSave);
+  contactBtn.type = "submit";
+  const contactError = h("p", "kefu-contact__error");
+  contactError.id = "kefu-contact-error";
+  contactError.setAttribute("role", "alert");
+  contactForm.append(contactLabel, contactInput, contactBtn);
+  contactBox.append(contactText, contactForm, contactError);
+  footer.append(contactBox, form, below);
 
   panel.append(header, log, footer, announcer);
   root.append(panel, launcher);
@@ -773,18 +822,75 @@
 
   // ---------------------------------------------------------------------------------------------
   // Header: conversation status and connection state
+  function waitText(a) {
+    return a && typeof a.expected_wait_s === "number" ? T.minutes(a.expected_wait_s) : "";
+  }
+
   function updateHeader() {
+    const a = state.avail;
     root.dataset.conn = state.conn;
     root.dataset.status = state.status || "none";
+    // The dot is the team's availability once connected (green: someone online), the
+    // connection's state otherwise (amber, pulsing).
+    root.dataset.team = a ? (a.agents_online > 0 ? "online" : "offline") : "unknown";
+    connDot.title = a ? (a.agents_online > 0 ? T.teamOnline(a.agents_online) : T.teamOffline) : "";
     let text;
     if (state.conn === "reconnecting") text = T.reconnecting;
     else if (state.conn === "connecting" && !state.conversation) text = T.connecting;
+    else if (state.status === "waiting_agent" && a && a.agents_online === 0) text = T.subtitleNoOne;
+    else if (state.status === "waiting_agent" && a && a.queue_position) text = T.subtitleQueue(a.queue_position, waitText(a));
     else if (state.status === "waiting_agent") text = T.subtitleWaiting;
     else if (state.status === "agent") text = T.subtitleAgent(state.agentName || T.agent);
     else if (state.status === "closed") text = T.subtitleClosed;
     else if (state.status === "bot") text = T.subtitleBot;
     else text = T.subtitleIdle;
     subtitleText.textContent = text;
+    updateContact();
+  }
+
+  function updateContact() {
+    const a = state.avail;
+    const offer = state.status === "waiting_agent" && !!a && a.agents_online === 0 && !a.contact_saved;
+    contactBox.hidden = !offer;
+    contactBtn.disabled = state.contactPending !== null || !state.ready;
+  }
+
+  function setAvailability(a) {
+    if (!a || typeof a !== "object" || typeof a.agents_online !== "number") return;
+    state.avail = {
+      agents_online: a.agents_online,
+      queue_position: typeof a.queue_position === "number" ? a.queue_position : null,
+      expected_wait_s: typeof a.expected_wait_s === "number" ? a.expected_wait_s : null,
+      contact_saved: !!a.contact_saved,
+    };
+    updateHeader();
+  }
+
+  function onAvailability(f) {
+    setAvailability(f);
+  }
+
+  function submitContact(e) {
+    e.preventDefault();
+    const email = contactInput.value.trim();
+    if (!email || !contactInput.checkValidity()) {
+      contactError.textContent = T.contactInvalid;
+      return;
+    }
+    if (!state.ready || !state.ws) return;
+    contactError.textContent = "";
+    state.contactPending = email;
+    send({ type: "contact", email });
+    updateContact();
+  }
+  contactForm.addEventListener("submit", submitContact);
+
+  function onContactSaved(f) {
+    state.contactPending = null;
+    contactInput.value = "";
+    if (state.avail) state.avail.contact_saved = true;
+    addNotice(T.contactSaved(String(f.email || "")));
+    updateHeader();
   }
 
   function setConn(conn) {
@@ -798,7 +904,12 @@
     state.status = status;
     if (agent) state.agentName = agent;
     if (withNotice && prev !== null) {
-      if (status === "waiting_agent" && prev !== "waiting_agent") addNotice(T.noticeWaiting);
+      // Someone online: where the shopper stands. No one: the server's stored notice says so and
+      // the e-mail form is offered (updateContact); a widget line would only repeat it.
+      if (status === "waiting_agent" && prev !== "waiting_agent") {
+        const a = state.avail;
+        if (a && a.agents_online > 0 && a.queue_position) addNotice(T.noticeWaiting(a.queue_position, waitText(a)));
+      }
       else if (status === "agent" && (prev !== "agent" || (agent && agent !== prevAgent)))
         addNotice(agent ? T.noticeAgent(agent) : T.noticeAgentAnon);
       else if (status === "closed" && prev !== "closed") addNotice(T.noticeClosed);
@@ -980,7 +1091,12 @@
         return onStreamDelta(f);
       case "stream.end":
         return onStreamEnd(f);
+      case "availability":
+        return onAvailability(f);
+      case "contact.saved":
+        return onContactSaved(f);
       case "status":
+        setAvailability(f.availability); // first: the notice the status change adds reads it
         return setStatus(String(f.status), typeof f.agent === "string" ? f.agent : null, true);
       case "error":
         return onError(f);
@@ -1004,6 +1120,8 @@
     state.ready = true;
     state.attempts = 0;
     state.forbiddenStreak = 0;
+    state.contactPending = null;
+    setAvailability(f.availability);
     setStatus(typeof f.status === "string" ? f.status : "bot", null, false);
     setConn("online");
     flushOutbox();
@@ -1142,6 +1260,13 @@
   }
 
   function onError(f) {
+    if (state.contactPending !== null && f.code === "invalid" && !f.client_id) {
+      // The address the shopper just sent was refused: say so beside the form.
+      state.contactPending = null;
+      contactError.textContent = T.contactInvalid;
+      updateContact();
+      return;
+    }
     showError(errorText(f));
     hideThinking();
     const rec = f.client_id ? pending.get(f.client_id) : null;

@@ -21,6 +21,7 @@ from chat.models import CannedReply, Conversation, InternalNote, Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour
+from sockets import status_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True)]  # async tests run under asyncio_mode = "auto"
 
@@ -129,7 +130,7 @@ async def held_by_alice(
     alice = await make_agent("alice", "Alice")
     await handed_off(shopper, ask)
     await alice.send({"type": "take_over", "conversation": shopper.conversation})
-    assert (await shopper.until("status"))[-1] == {"type": "status", "status": "agent", "agent": "Alice"}
+    assert (await shopper.until("status"))[-1] == status_frame("agent", agent="Alice", online=1)
     return shopper, alice
 
 
@@ -235,7 +236,7 @@ async def test_shopper_asking_for_a_human_reaches_the_console_with_a_packet(make
     await shopper.say("do you accept paypal?")
     await shopper.until("stream.end")
     frames = await handed_off(shopper, "ok, can I talk to a human please")
-    assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+    assert frames[-1] == status_frame("waiting_agent", online=1, position=1)
     assert await shopper.comm.receive_nothing(timeout=0.5)  # an agent is online: no "nobody here" notice
     handoff = (await alice.until("handoff", shopper.conversation))[-1]
     packet = handoff["packet"]
@@ -284,7 +285,7 @@ async def test_take_over_exchange_and_hand_back(make_client, make_agent, faq):
     assert history["messages"][1]["route"] == "handoff"
 
     await alice.send({"type": "take_over", "conversation": shopper.conversation})
-    assert await shopper.recv() == {"type": "status", "status": "agent", "agent": "Alice"}
+    assert await shopper.recv() == status_frame("agent", agent="Alice", online=1)
     status = (await alice.until("status", shopper.conversation))[-1]
     assert status["agent"] == "Alice"
 
@@ -308,7 +309,7 @@ async def test_take_over_exchange_and_hand_back(make_client, make_agent, faq):
     assert reply["text"] == "Sorry! I'll send a new one today."
 
     await alice.send({"type": "hand_back", "conversation": shopper.conversation})
-    assert await shopper.recv() == {"type": "status", "status": "bot"}
+    assert await shopper.recv() == status_frame("bot", online=1)
     await shopper.say("which payment methods do you accept?")
     frames = await shopper.until("stream.end")
     assert frames[-1]["route"] == "faq"
@@ -340,7 +341,7 @@ async def test_hand_back_answers_what_the_shopper_sent_after_the_agent_as_one_qu
     await alice.send({"type": "hand_back", "conversation": shopper.conversation})
     frames = await shopper.until("stream.end")
 
-    assert frames[0] == {"type": "status", "status": "bot"}
+    assert frames[0] == status_frame("bot", online=1)
     assert [f["type"] for f in frames].count("stream.start") == 1  # one answer to both fragments
     end = frames[-1]
     assert end["route"] == "llm.simple" and end["text"] == answer
@@ -364,7 +365,7 @@ async def test_hand_back_after_the_agent_answered_everything_adds_no_bot_answer(
     await alice.send({"type": "message", "conversation": shopper.conversation, "text": "A new one ships today."})
     await shopper.until("message")
     await alice.send({"type": "hand_back", "conversation": shopper.conversation})
-    assert await shopper.recv() == {"type": "status", "status": "bot"}
+    assert await shopper.recv() == status_frame("bot", online=1)
     assert await shopper.comm.receive_nothing(timeout=0.7)
     assert [r[0] for r in await stored(shopper.conversation)] == ["shopper", "bot", "shopper", "agent"]
 
@@ -429,7 +430,7 @@ async def test_an_agent_who_vanishes_gives_the_conversation_back_and_the_shopper
 
     assert await sweeper.release_gone_agents() == 1
     frames = await shopper.until("stream.end")
-    assert frames[0] == {"type": "status", "status": "waiting_agent"}
+    assert frames[0] == status_frame("waiting_agent", position=1)
     notice = frames[1]
     assert notice["type"] == "message" and notice["role"] == "system"
     assert notice["text"].startswith("Alice had to leave. Your conversation is back in the queue")
@@ -450,7 +451,7 @@ async def test_with_the_bot_action_the_bot_takes_the_conversation_back(make_clie
     await alice.comm.disconnect()
     await expire_leases("alice")
     assert await sweeper.release_gone_agents() == 1
-    assert await shopper.recv() == {"type": "status", "status": "bot"}
+    assert await shopper.recv() == status_frame("bot")
     notice = await shopper.recv()
     assert notice["text"] == "Alice 暂时离开了。在此期间由我继续为您解答。"
     assert (await conversation(shopper.conversation)).status == "bot"
@@ -466,7 +467,7 @@ async def test_every_process_sweeps_on_its_own(make_client, make_agent, faq, set
         await alice.comm.disconnect()
         await expire_leases("alice")
         frames = await shopper.until("status")  # no explicit sweep: the process's sweeper found it
-        assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+        assert frames[-1] == status_frame("waiting_agent", position=1)
     finally:
         await sweeper.stop_sweeper()
 
@@ -518,7 +519,7 @@ async def test_close_and_transcript_routes(make_client, make_agent, faq, client)
     await shopper.until("stream.end")
     alice = await make_agent("alice", "Alice")
     await alice.send({"type": "close", "conversation": shopper.conversation})
-    assert await shopper.recv() == {"type": "status", "status": "closed"}
+    assert await shopper.recv() == status_frame("closed", online=1)
     await alice.send({"type": "open", "conversation": shopper.conversation})
     history = (await alice.until("history"))[-1]
     assert [(m["role"], m.get("route")) for m in history["messages"]] == [("shopper", None), ("bot", "faq")]
@@ -541,7 +542,7 @@ async def test_take_over_mid_stream_cuts_the_bot_and_no_token_follows(make_clien
     frames += await shopper.until("stream.end")
     kinds = [f["type"] for f in frames]
     status_at = kinds.index("status")
-    assert frames[status_at] == {"type": "status", "status": "agent", "agent": "Alice"}
+    assert frames[status_at] == status_frame("agent", agent="Alice", online=1)
     assert "stream.delta" not in kinds[status_at:]  # no bot token after the take-over
     end = frames[-1]
     assert end["cut"] is True
@@ -573,7 +574,7 @@ async def test_two_agents_take_over_at_once_exactly_one_wins(make_client, make_a
     assert winner_name in ("Alice", "Bob") and conv.status == "agent" and conv.owner_epoch == 1
     errors = [r for r in results if r["type"] == "error"]
     assert len(errors) == 1 and errors[0]["code"] == "taken" and errors[0]["agent"] == winner_name
-    assert await shopper.recv() == {"type": "status", "status": "agent", "agent": winner_name}
+    assert await shopper.recv() == status_frame("agent", agent=winner_name, online=2)
     assert await shopper.comm.receive_nothing(timeout=0.5)  # exactly one status frame
 
     winner, loser = (alice, bob) if winner_name == "Alice" else (bob, alice)

@@ -9,6 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Conversation, Message
+from tests.sockets import status_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -177,7 +178,7 @@ async def test_unanswerable_without_remote_model_hands_off(make_client, faq):
     frames = await shopper.until("status")
     end = next(f for f in frames if f["type"] == "stream.end")
     assert end["route"] == "handoff" and "person" in end["text"]
-    assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+    assert frames[-1] == status_frame("waiting_agent", position=1)
     conv = await database_sync_to_async(Conversation.objects.get)(pk=shopper.conversation)
     assert conv.status == "waiting_agent"
 
@@ -272,7 +273,7 @@ async def test_closed_conversation_reopens_on_message(make_client, faq):
     await database_sync_to_async(Conversation.objects.filter(pk=shopper.conversation).update)(status="closed")
     await shopper.say("how can I pay?")
     frames = await shopper.until("stream.end")
-    assert {"type": "status", "status": "bot"} in frames
+    assert status_frame("bot") in frames
     assert frames[-1]["route"] == "faq"
 
 

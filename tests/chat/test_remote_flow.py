@@ -15,6 +15,7 @@ from chat.models import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour
+from sockets import status_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -79,7 +80,7 @@ async def test_failure_before_first_token_falls_back_to_handoff(make_client, faq
     end = next(f for f in frames if f["type"] == "stream.end")
     assert end["route"] == "handoff" and not end.get("cut")
     assert end["text"] == deltas(frames) and "person" in end["text"]
-    assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+    assert frames[-1] == status_frame("waiting_agent", position=1)
     assert [r["model"] for r in remote.requests] == ["fake-simple"] * 2 + ["fake-medium"] * 2 + ["fake-complex"] * 2
 
 

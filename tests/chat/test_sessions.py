@@ -14,6 +14,7 @@ from django.utils import timezone
 from chat import selectors
 from chat.models import Conversation
 from tests.fake_openai import Behaviour
+from tests.sockets import status_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -92,8 +93,8 @@ async def test_the_handoff_packet_tells_the_current_session_only(make_client, fa
     )
     await shopper.say("can I talk to a human please")
     frames = await shopper.until("stream.end")
-    assert {"type": "status", "status": "bot"} in frames  # reopened
-    assert (await shopper.until("status"))[-1] == {"type": "status", "status": "waiting_agent"}
+    assert status_frame("bot") in frames  # reopened
+    assert (await shopper.until("status"))[-1] == status_frame("waiting_agent", position=1)
     conv = await conversation(shopper.conversation)
     packet = conv.handoff_packet
     assert packet["shopper_request"]["text"] == "can I talk to a human please"

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sockets import status_frame
+
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = [
     "--no-sandbox",
@@ -84,6 +87,13 @@ def test_shopper_and_agent_talk_live_then_the_bot_answers_again(live_kefu, brows
     shopper.fill("kefu-chat >> #kefu-input", "can I talk to a human please")
     shopper.press("kefu-chat >> #kefu-input", "Enter")
     expect(shopper.locator("kefu-chat >> .kefu-msg--bot").last).to_contain_text("person", timeout=20000)
+    # Alice is online: the shopper is told where they stand, and the team's dot is green.
+    expect(shopper.locator("kefu-chat >> .kefu-notice").last).to_have_text(
+        "Waiting for a person from our team: you're number 1 in the queue.", timeout=20000
+    )
+    expect(shopper.locator("kefu-chat >> .kefu-subtitle")).to_have_text("You're number 1 in the queue")
+    expect(shopper.locator("kefu-chat >> .kefu-root")).to_have_attribute("data-team", "online")
+    expect(shopper.locator("kefu-chat >> .kefu-contact")).to_be_hidden()
 
     # It appears in the agent's waiting list without a reload, with the notification.
     waiting = agent.locator("#list-waiting .queue__item")
@@ -138,8 +148,61 @@ def test_shopper_and_agent_talk_live_then_the_bot_answers_again(live_kefu, brows
 
     statuses = [f for f in shopper_frames if f["type"] == "status"]
     assert statuses == [
-        {"type": "status", "status": "waiting_agent"},
-        {"type": "status", "status": "agent", "agent": "Alice"},
-        {"type": "status", "status": "bot"},
+        status_frame("waiting_agent", online=1, position=1),
+        status_frame("agent", agent="Alice", online=1),
+        status_frame("bot", online=1),
     ]
+    assert errors == []
+
+
+def test_no_one_online_the_widget_takes_an_email_that_the_agent_then_sees(live_kefu, browser):
+    import sqlite3
+
+    from playwright.sync_api import expect
+
+    kefu = live_kefu()
+    create_agent(kefu, "alice", "Alice", "correct horse battery")
+    errors: list[str] = []
+    shopper = browser.new_context().new_page()
+    frames: list[dict] = []
+    watch(shopper, errors, frames)
+    shopper.goto(kefu.base + "/")
+    shopper.click("kefu-chat >> .kefu-launcher")
+    shopper.fill("kefu-chat >> #kefu-input", "can I talk to a human please")
+    shopper.press("kefu-chat >> #kefu-input", "Enter")
+
+    # One truth: the header, the stored notice and the form all say no one is online.
+    expect(shopper.locator("kefu-chat >> .kefu-subtitle")).to_have_text(
+        "No one from our team is online right now", timeout=20000
+    )
+    expect(shopper.locator("kefu-chat >> .kefu-root")).to_have_attribute("data-team", "offline")
+    expect(shopper.locator("kefu-chat >> .kefu-msg--system").last).to_contain_text("No one from our team is online")
+    expect(shopper.locator("kefu-chat >> .kefu-notice")).to_have_count(0)  # no "connecting you" line
+    form = shopper.locator("kefu-chat >> .kefu-contact")
+    expect(form).to_be_visible()
+
+    shopper.fill("kefu-chat >> #kefu-contact-email", "ada@")
+    shopper.click("kefu-chat >> .kefu-contact__save")
+    expect(shopper.locator("kefu-chat >> .kefu-contact__error")).to_have_text("Please enter a valid e-mail address.")
+    shopper.fill("kefu-chat >> #kefu-contact-email", "ada@example.com")
+    shopper.press("kefu-chat >> #kefu-contact-email", "Enter")
+    expect(shopper.locator("kefu-chat >> .kefu-notice").last).to_have_text(
+        "Thanks! We'll reply to ada@example.com.", timeout=20000
+    )
+    expect(form).to_be_hidden()
+    assert {"type": "contact.saved", "email": "ada@example.com"} in frames
+
+    path = kefu.env["DATABASE_URL"].removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT status, contact_email FROM chat_conversation").fetchall()
+    assert rows == [("waiting_agent", "ada@example.com")]
+
+    # The agent signs in and sees the address in the queue.
+    agent = browser.new_context().new_page()
+    watch(agent, errors)
+    agent.goto(kefu.base + "/console/")
+    agent.fill("#id_username", "alice")
+    agent.fill("#id_password", "correct horse battery")
+    agent.click("button[type=submit]")
+    expect(agent.locator("#list-waiting .queue__item .queue__contact")).to_have_text("✉ ada@example.com", timeout=20000)
     assert errors == []

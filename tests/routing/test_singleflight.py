@@ -25,6 +25,7 @@ from routing.providers.openai_remote import close_clients
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour
+from sockets import status_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -152,5 +153,10 @@ async def test_a_failure_before_the_first_token_hands_each_shopper_over(make_cli
     for frames in (mine, theirs):
         end = next(f for f in frames if f["type"] == "stream.end")
         assert end["route"] == "handoff" and "person" in end["text"]
-        assert frames[-1] == {"type": "status", "status": "waiting_agent"}
+        assert frames[-1]["status"] == "waiting_agent"
+    # Two conversations in the queue, one after the other (which one first is the race's).
+    assert sorted([mine[-1], theirs[-1]], key=lambda f: f["availability"]["queue_position"]) == [
+        status_frame("waiting_agent", position=1),
+        status_frame("waiting_agent", position=2),
+    ]
     assert [(c.outcome, c.error_code) for c in await calls()] == [("failed", "timeout")]

@@ -13,6 +13,7 @@ from chat.models import Conversation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour
+from sockets import status_frame
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -81,7 +82,7 @@ async def test_legal_threat_is_handed_to_a_person(make_client, faq, remote, tier
     frames = await ask(make_client, "If this isn't fixed by Friday my lawyer will be in touch.", until="status")
     end = end_of(frames)
     assert end["route"] == "handoff" and "person" in end["text"]
-    assert frames[-2] == {"type": "status", "status": "waiting_agent"}
+    assert frames[-2] == status_frame("waiting_agent", position=1)
     assert remote.requests == []  # no model was asked
     conv = await database_sync_to_async(Conversation.objects.get)(pk=frames[-1]["conversation"])
     assert conv.status == "waiting_agent" and "legal_threat" in conv.handoff_reason
@@ -89,7 +90,7 @@ async def test_legal_threat_is_handed_to_a_person(make_client, faq, remote, tier
 
 async def test_chinese_fraud_report_is_handed_to_a_person(make_client, faq, remote, tiers):
     frames = await ask(make_client, "我的银行卡在你们店被盗刷了三笔", until="status")
-    assert end_of(frames)["route"] == "handoff" and frames[-2] == {"type": "status", "status": "waiting_agent"}
+    assert end_of(frames)["route"] == "handoff" and frames[-2] == status_frame("waiting_agent", position=1)
     assert remote.requests == []
 
 

@@ -5,6 +5,15 @@ conversation (per process) drains the unanswered messages; each is claimed with 
 compare-and-set (``services.answer_claim``) so that two workers never answer the same message.
 A message sent while an answer streams is stored at once and answered after it.
 
+Burst debounce: a shopper who goes on typing (``typing`` frames) after a message whose remote
+answer has not shown any text yet is typing the rest of the question. That answer is dropped
+(stored empty, cut and ``superseded``; its abandoned call is in the ledger), the loop waits until
+neither typing nor a message came for ``KEFU_BURST_PAUSE_S``, at most ``KEFU_BURST_MAX_WAIT_S``
+from the first drop, and answers every fragment as one question (the texts joined by line
+breaks, replying to the last). A message with no typing after it is answered at once; FAQ and
+cache answers show text at once and are never dropped. Typing is seen by the process that
+serves the socket, which is the one answering what that socket sent.
+
 The loop runs detached from any socket: a shopper who closes the tab mid-answer still finds the
 whole answer stored when they come back.
 """
@@ -16,7 +25,8 @@ import copy
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
 from channels.db import database_sync_to_async
@@ -40,6 +50,69 @@ _claimed: dict[uuid.UUID, list[tuple[Message, Conversation]]] = {}
 
 # Ids of the bot answers this process is streaming now (their rows are ``streaming``).
 _streaming: set[int] = set()
+
+
+class _Burst:
+    """What this process saw of one conversation's shopper lately: ``typing_after`` (a typing
+    frame since the latest message), ``last_activity`` (monotonic s of the latest typing frame or
+    message) and ``typed`` (set by every typing frame)."""
+
+    __slots__ = ("last_activity", "typed", "typing_after")
+
+    def __init__(self) -> None:
+        self.typing_after = False
+        self.last_activity = time.monotonic()
+        self.typed = asyncio.Event()
+
+
+#: At most this many conversations' typing state per process (least recently active dropped).
+BURSTS_KEPT = 10_000
+_bursts: OrderedDict[uuid.UUID, _Burst] = OrderedDict()
+
+
+def _burst(conversation_id: uuid.UUID) -> _Burst:
+    b = _bursts.get(conversation_id)
+    if b is None:
+        b = _bursts[conversation_id] = _Burst()
+        while len(_bursts) > BURSTS_KEPT:
+            _bursts.popitem(last=False)
+    else:
+        _bursts.move_to_end(conversation_id)
+    return b
+
+
+def shopper_message(conversation_id: uuid.UUID) -> None:
+    """A shopper message of the conversation arrived (before it is stored): typing from now on
+    is typing after it."""
+    b = _burst(conversation_id)
+    b.typing_after = False
+    b.typed.clear()
+    b.last_activity = time.monotonic()
+
+
+def shopper_typing(conversation_id: uuid.UUID) -> None:
+    """A ``typing`` frame of the conversation's shopper arrived (burst debounce, module docstring)."""
+    b = _burst(conversation_id)
+    b.typing_after = True
+    b.last_activity = time.monotonic()
+    b.typed.set()
+
+
+async def _pause(conversation_id: uuid.UUID, deadline: float) -> None:
+    """Return once neither typing nor a message came for ``KEFU_BURST_PAUSE_S``, or at
+    ``deadline`` (monotonic s), whichever is first."""
+    b = _burst(conversation_id)
+    pause = settings.KEFU_BURST_PAUSE_S
+    while True:
+        now = time.monotonic()
+        quiet = now - b.last_activity
+        if quiet >= pause or now >= deadline:
+            return
+        await asyncio.sleep(min(pause - quiet, deadline - now))
+
+
+class _Superseded(Exception):
+    """The shopper went on typing before the answer showed any text (burst debounce)."""
 
 
 def running() -> set[asyncio.Task[None]]:
@@ -104,7 +177,7 @@ async def _drain(conversation_id: uuid.UUID) -> None:
                 return
             message, conversation = claimed
             try:
-                await answer_message(conversation, message)
+                await _answer_burst(conversation, message)
             except Exception:  # the task edge: log it, tell the shopper, go on with the next message
                 log.exception("answering message %s of %s failed", message.seq, conversation_id)
                 await events.publish(
@@ -118,6 +191,26 @@ async def _drain(conversation_id: uuid.UUID) -> None:
     finally:
         if _running.get(conversation_id) is asyncio.current_task():
             del _running[conversation_id]
+
+
+async def _answer_burst(conversation: Conversation, message: Message) -> None:
+    """Answer ``message``; while the shopper goes on typing before its answer shows text, wait for
+    their pause and answer all the fragments as one (module docstring)."""
+    fragments = [message]
+    deadline: float | None = None
+    question = message
+    while True:
+        may_drop = settings.KEFU_BURST_PAUSE_S > 0 and (deadline is None or time.monotonic() < deadline)
+        if not await answer_message(conversation, question, may_drop=may_drop, history_before=fragments[0].seq):
+            return
+        if deadline is None:
+            deadline = time.monotonic() + settings.KEFU_BURST_MAX_WAIT_S
+        await _pause(conversation.id, deadline)
+        fragments += await database_sync_to_async(services.answer_claim_through)(
+            conversation_id=conversation.id, after_seq=fragments[-1].seq
+        )
+        question = copy.copy(fragments[-1])
+        question.text = "\n".join(m.text for m in fragments)
 
 
 def prepare(*, text: str, locale: str) -> None:
@@ -137,16 +230,20 @@ def question_of(message: Message, conversation: Conversation) -> Question:
     )
 
 
-def history_loader(conversation_id: uuid.UUID) -> HistoryLoader:
+def history_loader(conversation_id: uuid.UUID, *, before_seq: int | None = None) -> HistoryLoader:
     """The conversation's history for the router's prompt: its last turns before a seq and its
-    rolling summary, in one thread hop (``chat.selectors.prompt_history``)."""
+    rolling summary, in one thread hop (``chat.selectors.prompt_history``). ``before_seq``: never
+    later than this seq (a question joined from fragments: the fragments are in its text, not
+    in its history)."""
 
     async def load(*, before_seq: int, turns: int) -> History:
+        upto = before_seq if cap is None else min(before_seq, cap)
         rows, past = await database_sync_to_async(selectors.prompt_history)(
-            conversation_id=conversation_id, before_seq=before_seq, turns=turns
+            conversation_id=conversation_id, before_seq=upto, turns=turns
         )
         return History(turns=[(m.role, m.text) for m in rows if m.text], summary=past)
 
+    cap = before_seq
     return load
 
 
@@ -188,8 +285,34 @@ async def _renew_lease(message_id: int, fence: fencing.Fence) -> None:
             return
 
 
-async def answer_message(conversation: Conversation, message: Message) -> None:
+async def _first_unless_typing(pieces: AsyncIterator[str], burst: _Burst) -> str:
+    """The answer's first piece, unless the shopper types before it comes: then the wait for it
+    is cancelled (the upstream call is abandoned) and :class:`_Superseded` raised. Raises
+    ``StopAsyncIteration`` for an answer with no text."""
+    if burst.typing_after:
+        raise _Superseded
+    first = asyncio.ensure_future(anext(pieces))
+    typed = asyncio.ensure_future(burst.typed.wait())
+    try:
+        await asyncio.wait({first, typed}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        typed.cancel()
+        if not first.done():
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+    if first.cancelled():
+        raise _Superseded
+    return first.result()
+
+
+async def answer_message(
+    conversation: Conversation, message: Message, *, may_drop: bool = False, history_before: int | None = None
+) -> bool:
     """Ask the router who answers ``message``, stream the answer to the conversation and store it.
+    ``may_drop``: a remote answer is dropped when the shopper types before its first text
+    (burst debounce, module docstring); True is returned then, and the caller waits for their
+    pause and asks again with the fragments. ``history_before``: the prompt's history ends
+    before this seq (the first fragment of a joined question). False otherwise.
 
     Frames published, in order: a ``notice`` (``starting``) first when the router is still loading
     (the answer then waits for it), ``stream.start``, ``stream.delta``..., ``stream.end`` (then a
@@ -204,7 +327,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     if conversation.status == ConversationStatus.AGENT:
         # An agent holds the conversation: the bot stays silent, and the message is theirs.
         await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
-        return
+        return False
     if not router.router_ready():
         # The process is starting: the message is stored and acknowledged; it is answered once
         # the router has its models, never by a half-loaded one. The claim is renewed meanwhile.
@@ -215,7 +338,9 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
             except TimeoutError:
                 await database_sync_to_async(services.claim_renew)(conversation_id=cid, seq=message.seq)
     received_at = message.created_at.timestamp()
-    answer = await router.answer_open(question=question_of(message, conversation), history=history_loader(cid))
+    answer = await router.answer_open(
+        question=question_of(message, conversation), history=history_loader(cid, before_seq=history_before)
+    )
     if answer.remote:
         await asyncio.sleep(0)  # let it send the request before the row write competes for the GIL
 
@@ -226,7 +351,7 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     except errors.AgentHolds:  # taken over since the message was claimed: the bot stays silent
         await answer.close()
         await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
-        return
+        return False
     except BaseException:
         await answer.close()
         raise
@@ -239,7 +364,8 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
     parts: list[str] = []
     sent = 0  # code points streamed so far
     ttft_ms: float | None = None
-    cut = fenced = False
+    cut = fenced = dropped = False
+    burst = _burst(cid) if may_drop and answer.remote else None
     try:
         await streams.begin(message_id=bot.pk, seq=bot.seq, route=answer.route)
         await events.publish(
@@ -262,8 +388,15 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
 
         try:
             async with aclosing(answer.stream()) as pieces:
+                if burst is not None:
+                    try:
+                        await emit(await _first_unless_typing(pieces, burst))
+                    except StopAsyncIteration:
+                        pass
                 async for piece in pieces:
                     await emit(piece)
+        except _Superseded:
+            cut = dropped = True
         except fencing.Fenced:
             cut = fenced = True
         except router.AnswerCut as e:
@@ -283,19 +416,26 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         except Exception:  # its cost could not be worked out: the shopper's answer is stored anyway
             log.exception("accounting for answer %s failed", bot.pk)
             record = AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
-        stored = await _finish_row(bot.pk, record)
+        if dropped:
+            stored = await database_sync_to_async(services.bot_message_supersede)(
+                message_id=bot.pk, record=record, hold_s=settings.KEFU_BURST_MAX_WAIT_S
+            )
+        else:
+            stored = await _finish_row(bot.pk, record)
     finally:
         _streaming.discard(bot.pk)
         await fencing.release(fence)
         lease.cancel()
         await asyncio.gather(lease, return_exceptions=True)
     if stored is None:
-        return  # a sweep took it for an orphan and answers again, or the database is down (the sweep will)
+        return False  # a sweep took it for an orphan and answers again, or the database is down (the sweep will)
     bot = stored
     await streams.end(bot.pk)
     await events.publish(cid, events.stream_end_frame(bot))
+    if dropped:
+        return True  # the shopper is typing the rest: the caller answers all the fragments
     if fenced:
-        return  # an agent took over (or the owner changed): the stored cut answer is all
+        return False  # an agent took over (or the owner changed): the stored cut answer is all
     # Turns that left the prompt window are folded into the rolling summary, in the background.
     try:
         await tasks.maybe_summarise_async(conversation_id=cid)
@@ -313,3 +453,4 @@ async def answer_message(conversation: Conversation, message: Message) -> None:
         await handoff.escalate(
             conversation_id=cid, message=message, route=answer.route, reason=answer.reason, locale=answer.locale
         )
+    return False

@@ -39,6 +39,8 @@ def message_frame(msg: Message) -> MessageFrame:
         frame["route"] = msg.route
     if msg.cut:
         frame["cut"] = True
+    if msg.superseded:
+        frame["superseded"] = True
     if msg.role == "agent":
         frame["agent"] = msg.agent_name or "Agent"
     return frame
@@ -68,6 +70,8 @@ def stream_end_frame(msg: Message) -> StreamEndFrame:
     }
     if msg.cut:
         frame["cut"] = True
+    if msg.superseded:
+        frame["superseded"] = True
     return frame
 
 

@@ -118,6 +118,10 @@ class Message(models.Model):
     latency_ms = models.FloatField(null=True, blank=True)
     usage_estimated = models.BooleanField(default=False)
     cut = models.BooleanField(default=False, help_text="The answer stopped before its end.")
+    # A bot answer dropped before any of its text was shown because the shopper went on typing:
+    # the next answer replies to all the fragments (chat.answering, burst debounce). Stored (its
+    # seq keeps the conversation's seqs dense) with empty text; clients show nothing for it.
+    superseded = models.BooleanField(default=False)
     faq_entry_id = models.BigIntegerField(null=True, blank=True)
     # The CachedAnswer a ``cache.*`` answer was served from. Not a foreign key: entries expire and
     # are evicted (an agent marking one wrong), and the message keeps the id it was served from.

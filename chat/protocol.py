@@ -53,6 +53,7 @@ class MessageFrame(TypedDict):
     client_id: NotRequired[str]
     route: NotRequired[str]
     cut: NotRequired[bool]
+    superseded: NotRequired[bool]
     agent: NotRequired[str]
 
 
@@ -79,6 +80,7 @@ class StreamEndFrame(TypedDict):
     model: str | None
     usage: Usage
     cut: NotRequired[bool]
+    superseded: NotRequired[bool]
 
 
 class StatusFrame(TypedDict):

@@ -127,7 +127,7 @@ def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
 
 def message_item(msg: Message) -> dict[str, Any]:
     """A stored message for agents (transcripts, the console's ``history`` frame):
-    ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "model"?, "cut"?, "cached"?, "agent"?,
+    ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "model"?, "cut"?, "superseded"?, "cached"?, "agent"?,
     "rating"?}``; ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
     item: dict[str, Any] = {
         "id": msg.pk,
@@ -143,6 +143,8 @@ def message_item(msg: Message) -> dict[str, Any]:
         item["model"] = msg.model
     if msg.cut:
         item["cut"] = True
+    if msg.superseded:
+        item["superseded"] = True
     if msg.cache_entry_id is not None:
         item["cached"] = True
     if msg.role == "agent":

@@ -247,6 +247,16 @@ if KEFU_ANSWER_LEASE_S < 3:
     raise ImproperlyConfigured(
         f"KEFU_ANSWER_LEASE_S={KEFU_ANSWER_LEASE_S:g} is too short: at least 3 s (it is renewed every third of it)"
     )
+# Burst debounce (chat/answering.py, docs/routing.md#burst-debounce): a shopper who goes on typing
+# after a message whose remote answer has not shown any text yet is typing the rest of the question;
+# the answer waits until no typing frame and no message came for KEFU_BURST_PAUSE_S, at most
+# KEFU_BURST_MAX_WAIT_S, and the fragments are answered as one question. 0 pause: off. Chosen from
+# typing gaps: the widget sends a typing frame at most every 1 s while keys are pressed, and people
+# type with a mean gap of 0.24 s between keys (Dhakal et al., "Observations on Typing from 136
+# Million Keystrokes", CHI 2018), so 2 s with no frame is a pause, not a slow word; 8 s is a
+# 30-character fragment at the 52 words a minute measured there.
+KEFU_BURST_PAUSE_S = _env("float", "KEFU_BURST_PAUSE_S", default=2.0)
+KEFU_BURST_MAX_WAIT_S = _env("float", "KEFU_BURST_MAX_WAIT_S", default=8.0)
 # Each process looks at the identity of the layer's Redis server this often, seconds, and its sockets
 # join their groups again when it changed (a restart or failover loses them; chat/regroup.py). 0: never.
 KEFU_REGROUP_POLL_S = _env("float", "KEFU_REGROUP_POLL_S", default=2.0)

@@ -79,7 +79,9 @@ class ShopperConsumer(FrameSocket):
             elif kind == "message":
                 await self.on_message(content)
             elif kind == "typing":
-                # Relayed to the agents following the conversation; nothing stored.
+                # Relayed to the agents following the conversation; nothing stored. A remote answer
+                # that has shown no text yet waits for the rest of the question (burst debounce).
+                answering.shopper_typing(self.conversation_id)
                 await events.publish_staff(self.conversation_id, {"type": "typing", "role": "shopper"})
             elif kind == "feedback":
                 await self.on_feedback(content)
@@ -237,6 +239,7 @@ class ShopperConsumer(FrameSocket):
         client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
         if not await limits.message_allowed(self.address):  # fails open when Redis is down
             raise ProtocolError("rate_limited", "too many messages; wait a moment and send again", client_id)
+        answering.shopper_message(self.conversation_id)
         answering.prepare(text=text, locale=self.locale)
         received = await database_sync_to_async(services.message_receive)(
             conversation_id=self.conversation_id,

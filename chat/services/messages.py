@@ -239,6 +239,62 @@ def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message | No
     return Message.objects.get(pk=message_id) if done else None
 
 
+def bot_message_supersede(*, message_id: int, record: AnswerRecord, hold_s: float) -> Message | None:
+    """End a bot answer that showed no text because the shopper went on typing (burst debounce,
+    ``chat.answering``): stored done, empty, cut and ``superseded``, with the cost of its abandoned
+    call (``record``); and the claim on its question is held again for ``hold_s`` seconds (at
+    least ``KEFU_ANSWER_LEASE_S``), so that if this process dies while it waits for the shopper's
+    pause, a sweep answers the question (``orphaned_claims``). The row, or None when it was no
+    longer streaming (a sweep took it)."""
+    with transaction.atomic():
+        done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
+            text="",
+            route=record.route,
+            model=record.model,
+            prompt_tokens=record.prompt_tokens,
+            completion_tokens=record.completion_tokens,
+            cost_usd=record.cost_usd,
+            ttft_ms=None,
+            latency_ms=record.latency_ms,
+            usage_estimated=record.estimated,
+            cut=True,
+            superseded=True,
+            state=MessageState.DONE,
+            lease_until=None,
+        )
+        if not done:
+            return None
+        msg = Message.objects.get(pk=message_id)
+        hold = timedelta(seconds=max(hold_s, settings.KEFU_ANSWER_LEASE_S))
+        if msg.reply_to_seq is not None:
+            Conversation.objects.filter(pk=msg.conversation_id, answered_seq=msg.reply_to_seq).update(
+                claim_until=timezone.now() + hold
+            )
+    return msg
+
+
+def answer_claim_through(*, conversation_id: uuid.UUID, after_seq: int) -> list[Message]:
+    """Claim, for one answer, every shopper message after ``after_seq`` not yet answered (the
+    fragments of a burst; ``answered_seq`` moves to the last of them, a compare-and-set as in
+    ``answer_claim``). Oldest first; empty when there are none or another loop claimed them."""
+    while True:
+        conv = Conversation.objects.filter(pk=conversation_id).values_list("answered_seq", flat=True).first()
+        if conv is None:
+            return []
+        rows = list(
+            Message.objects.filter(
+                conversation_id=conversation_id, role=Role.SHOPPER, seq__gt=max(conv, after_seq)
+            ).order_by("seq")
+        )
+        if not rows:
+            return []
+        won = Conversation.objects.filter(pk=conversation_id, answered_seq=conv).update(
+            answered_seq=rows[-1].seq, claim_until=_claim_deadline()
+        )
+        if won:
+            return rows
+
+
 def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: object) -> None:
     """Store a shopper's rating (``up``/``down``) of a bot message of their own conversation.
 

@@ -326,7 +326,8 @@
     const who = m.role === "agent" ? `${m.agent || "Agent"} (agent)` : ROLE_LABEL[m.role] || m.role;
     rec.meta.replaceChildren(el("span", "msg__who", who));
     if (m.route) rec.meta.append(el("span", "badge", m.route));
-    if (m.cut) rec.meta.append(el("span", "badge badge--warn", "cut"));
+    if (m.superseded) rec.meta.append(el("span", "badge", "dropped: the shopper kept typing"));
+    else if (m.cut) rec.meta.append(el("span", "badge badge--warn", "cut"));
     if (rec.marked) {
       rec.meta.append(el("span", "badge badge--warn", "marked wrong"));
     } else if (m.role === "bot" && !m.streaming && (m.cached || String(m.route || "").startsWith("cache."))) {

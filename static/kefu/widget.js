@@ -29,7 +29,9 @@
 
   const MAX_CHARS = 2000; // code points, as the server counts them
   const COUNTER_FROM = 1800; // show the counter from here on
-  const TYPING_EVERY_MS = 3000;
+  // At most one typing frame a second while keys are pressed: the server's burst debounce takes
+  // 2 s without one for a pause (KEFU_BURST_PAUSE_S).
+  const TYPING_EVERY_MS = 1000;
   const BACKOFF_MIN_MS = 500;
   const BACKOFF_MAX_MS = 30000;
   const THINKING_TIMEOUT_MS = 45000;
@@ -608,6 +610,9 @@
     rec.el.classList.toggle("is-failed", !!rec.failed);
     rec.el.classList.toggle("is-streaming", !!rec.streaming);
     rec.el.classList.toggle("is-cut", !!rec.cut);
+    // An answer dropped before any text because the shopper went on typing (burst debounce): its
+    // seq is held (seqs stay dense), nothing is shown; the next answer replies to every fragment.
+    rec.el.hidden = !!rec.superseded;
     if (rec.streaming) {
       rec.el.setAttribute("aria-hidden", "true");
       rec.el.setAttribute("aria-busy", "true");
@@ -1177,7 +1182,16 @@
     }
     if (seq != null && seqs.has(seq)) return;
 
-    const rec = newRecord({ id: f.id, seq, role, text, cut: !!f.cut, route: f.route, agent: f.agent || null });
+    const rec = newRecord({
+      id: f.id,
+      seq,
+      role,
+      text,
+      cut: !!f.cut,
+      superseded: !!f.superseded,
+      route: f.route,
+      agent: f.agent || null,
+    });
     if (role === "agent" && f.agent) state.agentName = state.agentName || f.agent;
     byId.set(rec.id, rec);
     paint(rec);
@@ -1246,6 +1260,7 @@
     rec.streaming = false;
     rec.endedByStream = true;
     rec.cut = !!f.cut;
+    rec.superseded = !!f.superseded;
     if (f.route) rec.route = f.route;
     const seqChanged = typeof f.seq === "number" && f.seq !== rec.seq;
     if (typeof f.seq === "number") rec.seq = f.seq;
@@ -1254,6 +1269,7 @@
     if (seqChanged) place(rec);
     rec.el.classList.remove("is-stalled");
     noteSeq(rec);
+    if (rec.superseded) return; // the shopper is still typing: the answer to it all comes next
     hideThinking();
     if (!wasDone) announce(T.said(T.bot, rec.text + (rec.cut ? ` ${T.interrupted}` : "")));
     if (nearBottom()) scrollToEnd();

@@ -18,7 +18,6 @@ from chat.models import Conversation, ConversationStatus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_console import conversation, handed_off, stored
-from test_console import make_agent as _make_agent_fixture  # noqa: F401  (registers the fixture `make_agent`)
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

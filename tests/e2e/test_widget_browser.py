@@ -146,3 +146,37 @@ def test_frames_lost_on_the_way_are_mended_by_a_resync(live_kefu, browser):
     )
     resyncs = [f for f in sent if f["type"] == "resync"]
     assert len(resyncs) == 1 and resyncs[0]["after"] == 1  # the shopper's question, held complete
+
+
+def test_a_question_typed_in_fragments_gets_one_answer(live_kefu, browser):
+    import sys
+    from pathlib import Path
+
+    from playwright.sync_api import expect
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from fake_openai import Behaviour, running_fake_openai
+
+    # The model echoes the question after 2.5 s: time for the shopper to type on.
+    with running_fake_openai(default=Behaviour(ttft_ms=2500)) as upstream:
+        kefu = live_kefu(env={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": upstream.base_url, "KEFU_BURST_PAUSE_S": "1.5"})
+        page = browser.new_page()
+        frames: list[dict] = []
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(json.loads(payload))))
+        page.goto(kefu.base + "/")
+        page.click("kefu-chat >> .kefu-launcher")
+        box = page.locator("kefu-chat >> #kefu-input")
+        box.fill("Does the walnut floor lamp come with a dimmer switch")
+        box.press("Enter")
+        box.press_sequentially("and does it ship to Canada?", delay=60)  # the widget sends typing frames
+        box.press("Enter")
+        bots = page.locator("kefu-chat >> .kefu-msg--bot:visible")
+        expect(bots).to_have_count(1, timeout=30000)
+        expect(bots.first.locator(".kefu-bubble")).to_contain_text(
+            "Does the walnut floor lamp come with a dimmer switch", timeout=30000
+        )
+        expect(bots.first.locator(".kefu-bubble")).to_contain_text("and does it ship to Canada?")
+        expect(page.locator("kefu-chat >> .kefu-msg--shopper")).to_have_count(2)
+        ends = [f for f in frames if f["type"] == "stream.end"]
+        assert [bool(f.get("superseded")) for f in ends] == [True, False]
+        assert ends[-1]["text"].startswith("Echo: Does the walnut floor lamp")

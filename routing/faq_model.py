@@ -463,6 +463,27 @@ class FaqModel:
         self._memo: OrderedDict[tuple[str, str], FaqMatch] = OrderedDict()
         self._memo_lock = threading.Lock()
 
+    # -- moving between processes (routing.trainer) ----------------------------------------------
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without its embedder and its decision memo (a model trained in the trainer
+        process travels to the server's); :meth:`attach` gives it the receiving process's."""
+        state = dict(self.__dict__)
+        for name in ("_embedder", "_memo", "_memo_lock"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)  # no embedder until attach()
+        self._memo = OrderedDict()
+        self._memo_lock = threading.Lock()
+
+    def attach(self, embedder: Embedder) -> FaqModel:
+        """Use ``embedder`` for the questions to match (an unpickled model has none); returns self.
+        It must be the embedder the model was trained with, or one of the same model and version."""
+        self._embedder = embedder
+        return self
+
     # -- training ---------------------------------------------------------------------------------
 
     @classmethod

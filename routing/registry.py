@@ -18,8 +18,7 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.db.models import Count, Max
 
-from cache_layer.embeddings import get_embedder
-
+from . import trainer
 from .faq_model import FaqModel, FaqTrainingEntry
 from .models import FaqEntry
 from .scope import ScopeClassifier
@@ -70,6 +69,8 @@ class FaqRegistry:
         self._retrain = threading.Event()  # set by faq_changed(): retrain in the background
         self._retrainer: threading.Thread | None = None
         self._retrainer_lock = threading.Lock()
+        # The pid of the process that trained the current models (routing.trainer); 0 before any.
+        self.trained_by = 0
 
     @property
     def model(self) -> FaqModel | None:
@@ -110,11 +111,13 @@ class FaqRegistry:
         agg = FaqEntry.objects.filter(active=True).aggregate(n=Count("id"), latest=Max("updated_at"))
         return int(agg["n"] or 0), str(agg["latest"] or "")
 
-    def reload(self) -> None:
+    def reload(self, *, in_trainer: bool = False) -> None:
         """Bring the models up to date with the active FAQ entries and swap them in (blocking,
         thread-safe). Models are trained only when what they learn from changed (the entries'
         ids, intents, locales and phrasings, and the thresholds): an edit of an answer's text
-        alone swaps in the new entries and keeps the trained models."""
+        alone swaps in the new entries and keeps the trained models. ``in_trainer``: a retrain
+        (a model is loaded already) trains in the trainer process (``routing.trainer``), off
+        this process's cores and GIL; the first model is trained here."""
         with self._train_lock:
             fingerprint = self._db_fingerprint()
             rows = list(FaqEntry.objects.filter(active=True).order_by("id"))
@@ -131,20 +134,13 @@ class FaqRegistry:
             if current.model is not None and current.scope is not None and current.trained_on == trained_on:
                 model, scope = current.model, current.scope
                 log.info("FAQ entries reloaded (%d); the models were trained on the same phrasings", len(rows))
+            elif in_trainer and current.model is not None:
+                model, scope, pid = trainer.train(training, thresholds)
+                self.trained_by = pid
+                log.info("FAQ model trained on %d entries (version %s, process %d)", len(rows), model.version, pid)
             else:
-                embedder = get_embedder()
-                model = FaqModel.train(
-                    training,
-                    embedder,
-                    min_confidence=thresholds[0],
-                    min_similarity=thresholds[1],
-                    single_entry_min_similarity=thresholds[2],
-                )
-                scope = ScopeClassifier.train(
-                    embedder,
-                    extra_in_scope=[p for t in training for p in t.phrasings],
-                    threshold=thresholds[3],
-                )
+                model, scope = trainer.train_here(training, thresholds)
+                self.trained_by = os.getpid()
                 log.info("FAQ model trained on %d entries (version %s)", len(rows), model.version)
             self.snapshot = FaqSnapshot(
                 model=model,
@@ -158,10 +154,11 @@ class FaqRegistry:
             self.loaded = True
 
     def reload_if_changed(self) -> bool:
-        """Retrain when the database's FAQ differs from the loaded one; True when it retrained."""
+        """Retrain when the database's FAQ differs from the loaded one (a loaded model: in the
+        trainer process); True when it retrained."""
         if self.ready and self._db_fingerprint() == self.fingerprint:
             return False
-        self.reload()
+        self.reload(in_trainer=self.ready)
         return True
 
     def start_background(self) -> None:
@@ -202,7 +199,7 @@ class FaqRegistry:
             self._retrain.clear()
             try:
                 close_old_connections()
-                self.reload()
+                self.reload(in_trainer=True)
             except Exception as e:  # the thread's edge: the old model keeps answering
                 self.error = f"{type(e).__name__}: {e}"
                 log.exception("FAQ model retrain failed")

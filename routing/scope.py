@@ -155,6 +155,21 @@ class ScopeClassifier:
         self._scale = float(neighbour_scale)
         self.threshold = float(threshold)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its embedder (routing.trainer); :meth:`attach` gives it one."""
+        state = dict(self.__dict__)
+        state.pop("_embedder", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)  # no embedder until attach()
+
+    def attach(self, embedder: Any) -> ScopeClassifier:
+        """Use ``embedder`` for the texts to classify (an unpickled classifier has none); returns
+        self. It must embed as the one it was trained with."""
+        self._embedder = embedder
+        return self
+
     @property
     def dim(self) -> int:
         """Embedding size the classifier expects (384 for the default embedder)."""

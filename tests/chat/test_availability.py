@@ -17,9 +17,12 @@ from chat import availability, sweeper
 from chat.models import Conversation, ConversationStatus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_console
 from test_console import conversation, handed_off, stored
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
+
+make_agent = test_console.make_agent  # the console tests' fixture: an agent console socket
 
 NOBODY = {"agents_online": 0, "queue_position": None, "expected_wait_s": None, "contact_saved": False}
 

@@ -57,7 +57,9 @@ def answer_requests(remote) -> list[dict]:
 
 
 async def test_fragments_typed_on_are_answered_as_one_question(make_client, faq, burst):
-    burst.push(Behaviour(text="A dimmer, yes.", ttft_ms=20000), Behaviour(text=ANSWER))
+    # Every request answers after 3 s: time to type on. (Whether the first fragment's request
+    # reaches the upstream before the typing frame drops it depends on the machine's load.)
+    burst.default = Behaviour(text=ANSWER, ttft_ms=3000)
     shopper = await make_client()
     await shopper.hello()
     await shopper.say(FIRST)
@@ -81,9 +83,10 @@ async def test_fragments_typed_on_are_answered_as_one_question(make_client, faq,
     assert await shopper.comm.receive_nothing(timeout=0.5)  # one answer, no error frame
 
     requests = answer_requests(burst)
-    assert len(requests) == 2
-    assert requests[0]["messages"][-1]["content"] == FIRST
-    joined = requests[1]["messages"]
+    # The first fragment's request reached the upstream, or was dropped on its way (a loaded
+    # machine: the typing frame came first); either way the call is abandoned, and then asked once.
+    assert [r["messages"][-1]["content"] for r in requests] in ([FIRST, f"{FIRST}\n{SECOND}"], [f"{FIRST}\n{SECOND}"])
+    joined = requests[-1]["messages"]
     assert joined[-1] == {"role": "user", "content": f"{FIRST}\n{SECOND}"}
     assert FIRST not in [m["content"] for m in joined[1:-1]]  # the fragments are in the question, not its history
     assert await rows(shopper.conversation) == [
@@ -124,7 +127,9 @@ async def test_typing_after_an_faq_answer_never_drops_it(make_client, faq, burst
 
 async def test_a_shopper_who_never_pauses_is_answered_at_the_bound(make_client, faq, burst, settings):
     settings.KEFU_BURST_MAX_WAIT_S = 1.0
-    burst.push(Behaviour(text="A dimmer, yes.", ttft_ms=20000), Behaviour(text=ANSWER))
+    # Every request answers after 3 s: time to type on. (Whether the first fragment's request
+    # reaches the upstream before the typing frame drops it depends on the machine's load.)
+    burst.default = Behaviour(text=ANSWER, ttft_ms=3000)
     shopper = await make_client()
     await shopper.hello()
     await shopper.say(FIRST)

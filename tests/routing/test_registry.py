@@ -4,6 +4,7 @@ new model, its scope classifier and its entries are swapped in together."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from routing import registry as registry_module
+from routing import trainer
 from routing.faq_import import faq_import, validate
 from routing.registry import faq_changed, registry
 
@@ -26,16 +27,17 @@ NEW_ENTRY = {
 
 @pytest.fixture
 def held_training(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """FaqModel.train blocks until ``release`` is set; ``started`` says a training began."""
+    """A retrain (``routing.trainer.train``, the trainer process) blocks until ``release`` is set;
+    ``started`` says a training began."""
     started, release = threading.Event(), threading.Event()
-    train = registry_module.FaqModel.train
+    train = trainer.train
 
     def held(*args: Any, **kwargs: Any) -> Any:
         started.set()
         assert release.wait(60), "the test never released the training"
         return train(*args, **kwargs)
 
-    monkeypatch.setattr(registry_module.FaqModel, "train", held)
+    monkeypatch.setattr(trainer, "train", held)
     yield started, release
     release.set()
     assert registry.wait_retrained(60)
@@ -129,13 +131,18 @@ async def test_chats_are_answered_while_the_faq_retrains(make_client, faq, held_
 @pytest.mark.django_db(transaction=True)
 def test_an_edit_of_an_answer_alone_swaps_the_entries_in_without_training(faq, monkeypatch):
     calls: list[int] = []
-    train = registry_module.FaqModel.train
+    train, train_here = trainer.train, trainer.train_here
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return train(*args, **kwargs)
 
-    monkeypatch.setattr(registry_module.FaqModel, "train", counted)
+    def counted_here(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return train_here(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", counted)
+    monkeypatch.setattr(trainer, "train_here", counted_here)
     old = registry.snapshot
     entry = old.entries[min(old.entries)]
     from routing.models import FaqEntry
@@ -146,3 +153,45 @@ def test_an_edit_of_an_answer_alone_swaps_the_entries_in_without_training(faq, m
     assert calls == []  # nothing the models learn from changed
     assert registry.snapshot is not old and registry.model is old.model and registry.scope is old.scope
     assert registry.entries[entry.entry_id].answer == "A new answer text."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retrain_runs_in_the_trainer_process_and_its_model_answers_here(faq):
+    assert registry.trained_by == os.getpid()  # the first model: trained in this process
+    add_entry()
+    faq_changed()
+    assert registry.wait_retrained(120)
+    assert registry.trained_by not in (0, os.getpid())  # trained in the child, at nice 19
+    match = registry.model.match("can you gift wrap my order", locale="en")
+    entry = registry.entries[match.entry_id]
+    assert match.accepted and entry.intent == "gift_wrap"
+    assert not registry.scope.classify("can you gift wrap my order").out_of_scope
+    # The same decisions as models trained here: the child's embedder is the same model.
+    here, scope_here = trainer.train_here(*registry.snapshot.trained_on)
+    for text in ("is gift wrapping available", "how long does delivery take?", "who won the match?"):
+        theirs, mine = registry.model.match(text, locale="en"), here.match(text, locale="en")
+        assert (theirs.entry_id, theirs.reason) == (mine.entry_id, mine.reason)
+        assert theirs.confidence == pytest.approx(mine.confidence, abs=1e-5)
+        assert registry.scope.classify(text).probability == pytest.approx(
+            scope_here.classify(text).probability, abs=1e-5
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retrain_whose_trainer_process_fails_trains_here(faq, monkeypatch, caplog):
+    from concurrent.futures.process import BrokenProcessPool
+
+    class Broken:
+        def submit(self, *args: Any, **kwargs: Any) -> Any:
+            raise BrokenProcessPool("the child was killed")
+
+        def shutdown(self, **kwargs: Any) -> None:
+            pass
+
+    monkeypatch.setattr(trainer, "_executor", lambda: Broken())
+    add_entry()
+    faq_changed()
+    assert registry.wait_retrained(120)
+    assert registry.trained_by == os.getpid()
+    assert "gift_wrap" in {e.intent for e in registry.entries.values()}
+    assert "the trainer process failed (BrokenProcessPool" in caplog.text

@@ -22,6 +22,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -38,8 +39,24 @@ _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _child_init() -> None:
-    """In the child: lowest CPU priority, then Django (settings name the embedder)."""
+#: How often the trainer process checks that the server's process is still alive, seconds.
+PARENT_CHECK_S = 1.0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In the child: exit once the process that started it is gone (kill -9 of a server leaves
+    no trainer behind; PR_SET_PDEATHSIG would follow the starting *thread*, which ends after a
+    retrain). An orphan's parent pid changes to its new reaper's."""
+    while True:
+        time.sleep(PARENT_CHECK_S)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def _child_init(parent: int) -> None:
+    """In the child: follow the server's process, lowest CPU priority, then Django (settings
+    name the embedder)."""
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="trainer-parent", daemon=True).start()
     try:
         os.nice(19)
     except OSError:
@@ -79,7 +96,10 @@ def _executor() -> ProcessPoolExecutor:
     with _pool_lock:
         if _pool is None:
             _pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_init
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_child_init,
+                initargs=(os.getpid(),),
             )
         return _pool
 

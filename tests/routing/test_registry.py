@@ -195,3 +195,54 @@ def test_a_retrain_whose_trainer_process_fails_trains_here(faq, monkeypatch, cap
     assert registry.trained_by == os.getpid()
     assert "gift_wrap" in {e.intent for e in registry.entries.values()}
     assert "the trainer process failed (BrokenProcessPool" in caplog.text
+
+
+def test_a_killed_server_leaves_no_trainer_process_behind(tmp_path):
+    """kill -9 of the process that started the trainer: the trainer exits by itself."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "server.py"
+    root = Path(__file__).resolve().parents[2]
+    script.write_text(
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "def main():\n"
+        "    import django\n"
+        "    os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings_test')\n"
+        "    django.setup()\n"
+        "    from routing import trainer\n"
+        "    from routing.faq_model import FaqTrainingEntry\n"
+        "    entries = [FaqTrainingEntry(1, 'returns', 'en', ('can I return an item', 'send it back')),\n"
+        "               FaqTrainingEntry(2, 'shipping', 'en', ('how long does delivery take', 'when will it arrive'))]\n"
+        "    _model, _scope, pid = trainer.train(entries, (0.5, 0.5, 0.5, 0.5))\n"
+        "    print(pid, flush=True)\n"
+        "    time.sleep(600)\n"
+        "if __name__ == '__main__':  # the trainer is spawned: it imports this module again\n"
+        "    main()\n"
+    )
+    server = subprocess.Popen([sys.executable, str(script)], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        child = int(line)
+        assert child != server.pid
+        os.kill(child, 0)  # the trainer is alive
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it was re-parented to us (a subreaper); harmless otherwise
+            os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the trainer process {child} outlived its server")

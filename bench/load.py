@@ -1,0 +1,354 @@
+"""Load: shoppers in a closed loop over real sockets against one or more kefu workers on Redis +
+PostgreSQL, and what each answer costs the server.
+
+Set-up (private to the run, removed afterwards): a ``redis-server`` on its own port, a fresh
+PostgreSQL database on ``TEST_DATABASE_URL``'s server, the Bitext FAQ seed from the team's shared
+data (``--data``, default ``../shared/data`` beside the checkout) imported with ``import_faq``,
+``--workers`` Daphne processes, and the project's OpenAI-compatible test server as the remote
+model (``--ttft-ms`` 300 to the first token, ``--token-ms`` 20 a chunk). The per-address limits
+are raised for the run.
+
+Traffic: a fixed pool of about 600 questions drawn once (seeded): 400 Bitext shopper messages,
+100 CLINC150 out-of-scope questions and 100 product questions for the model. Each shopper holds
+one socket to a worker (round robin), asks ``--turns`` (5) questions drawn at random from the pool
+one after the other (no think time unless ``--think-ms``), then starts a new conversation; most
+questions are repeats after the warm-up, as in a store's traffic. ``--mix`` keeps only one kind
+(``faq``: Bitext, ``oos``, ``remote``: product questions) to read the cost of one route.
+
+Measured over the ``--seconds`` after ``--warmup`` seconds: answers a second; server CPU per
+answer (user + system time of the worker processes from /proc, ms, over answers in the window);
+first delta and end p50 / p95 / p99 by route (from sending the ``message`` frame; the route of
+its ``stream.end``); frames a second received by the shoppers; and at the end, from the
+database, messages lost (a sent ``client_id`` not stored) and duplicated (a question with two
+whole bot answers). ``--idle N`` instead opens N idle sockets (``hello`` only) and reports the
+workers' memory (RSS) and CPU per socket over ``--seconds``.
+
+    .venv/bin/python bench/load.py --shoppers 8
+    .venv/bin/python bench/load.py --shoppers 64 --workers 2
+    .venv/bin/python bench/load.py --shoppers 8 --mix faq
+    .venv/bin/python bench/load.py --idle 2000
+
+Percentiles are numpy's (linear interpolation). The shoppers, the test upstream and the workers
+share the machine's cores: read the figures as ratios between runs side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import psycopg
+import websockets
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+from fake_openai import Behaviour, FakeOpenAI  # noqa: E402
+from soak import PRODUCT_QUESTIONS, Worker, free_port  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+PRODUCTS = ["walnut floor lamp", "oak side table", "linen sofa cover", "brass desk lamp", "marble coffee table",
+            "wool throw", "ceramic vase", "rattan armchair", "velvet cushion", "pine bookshelf"]  # fmt: skip
+ASKS = ["Does the {p} come in other colours?", "How heavy is the {p}?", "Is the {p} easy to assemble?",
+        "What are the dimensions of the {p}?", "Can the {p} be used outdoors?", "How do I clean the {p}?",
+        "Is the {p} in stock in large?", "What is the {p} made of?", "Does the {p} have a warranty?",
+        "Can I get the {p} delivered next week?"]  # fmt: skip
+
+
+def question_pool(data: Path, seed: int) -> dict[str, list[str]]:
+    """The fixed pool: ``{"faq": 400 Bitext messages, "oos": 100 CLINC150, "remote": 100 product}``."""
+    rng = random.Random(seed)
+    with (data / "bitext" / "bitext_customer_support_public.csv").open(encoding="utf-8") as f:
+        bitext = sorted({row["instruction"].strip() for row in csv.DictReader(f) if row["instruction"].strip()})
+    clinc = json.loads((data / "clinc150" / "data_full_public.json").read_text(encoding="utf-8"))
+    oos = sorted({text for text, _ in clinc["oos_val"] + clinc["oos_train"]})
+    remote = sorted({a.format(p=p) for p in PRODUCTS for a in ASKS} | set(PRODUCT_QUESTIONS))
+    return {"faq": rng.sample(bitext, 400), "oos": rng.sample(oos, 100), "remote": rng.sample(remote, 100)}
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_bytes(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+
+
+def pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+@dataclass
+class Stats:
+    measuring: bool = False
+    answers: int = 0
+    frames: int = 0
+    first: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    end: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    sent: list[tuple[str, str]] = field(default_factory=list)  # (conversation, client_id)
+    errors: int = 0
+
+
+class Shopper:
+    def __init__(self, url: str, origin: str, pool: list[str], stats: Stats, args: argparse.Namespace) -> None:
+        self.url, self.origin, self.pool, self.stats, self.args = url, origin, pool, stats, args
+        self.rng = random.Random()
+
+    async def conversation(self) -> None:
+        async with websockets.connect(self.url, origin=self.origin, max_size=2**22) as ws:
+            await ws.send(json.dumps({"type": "hello"}))
+            conv = json.loads(await ws.recv())["id"]
+            for _ in range(self.args.turns):
+                await self.ask(ws, conv, self.rng.choice(self.pool))
+                if self.args.think_ms:
+                    await asyncio.sleep(self.rng.uniform(0.5, 1.5) * self.args.think_ms / 1000)
+
+    async def ask(self, ws: websockets.ClientConnection, conv: str, text: str) -> None:
+        client_id = uuid.uuid4().hex
+        sent = time.perf_counter()
+        await ws.send(json.dumps({"type": "message", "client_id": client_id, "text": text}))
+        self.stats.sent.append((conv, client_id))
+        first: float | None = None
+        acked = False
+        while True:
+            f = json.loads(await asyncio.wait_for(ws.recv(), 60))
+            if self.stats.measuring:
+                self.stats.frames += 1
+            kind = f.get("type")
+            if kind == "message" and f.get("client_id") == client_id:
+                acked = True
+            elif kind == "stream.delta" and acked and first is None:
+                first = (time.perf_counter() - sent) * 1000
+            elif kind == "stream.end" and acked and not f.get("superseded"):
+                done = (time.perf_counter() - sent) * 1000
+                if self.stats.measuring:
+                    route = f.get("route") or "?"
+                    self.stats.answers += 1
+                    self.stats.first[route].append(first if first is not None else done)
+                    self.stats.end[route].append(done)
+                return
+            elif kind == "error" and f.get("client_id") == client_id:
+                self.stats.errors += 1
+                return
+
+    async def run(self, stop_at: float) -> None:
+        while time.monotonic() < stop_at:
+            try:
+                await self.conversation()
+            except (OSError, TimeoutError, websockets.WebSocketException):
+                self.stats.errors += 1
+                await asyncio.sleep(0.5)
+
+
+class Load:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="kefu-load-"))
+        self.redis_port = free_port()
+        pg = os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+        self.pg_admin = pg
+        self.db_name = f"kefu_load_{uuid.uuid4().hex[:8]}"
+        self.pg = urlsplit(pg)._replace(path="/" + self.db_name).geturl()
+        self.upstream = FakeOpenAI.start(default=Behaviour(ttft_ms=args.ttft_ms, token_ms=args.token_ms))
+        self.env = {
+            **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+            "DATABASE_URL": self.pg,
+            "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "OPENAI_API_KEY": "load-key",
+            "OPENAI_BASE_URL": self.upstream.base_url,
+            "KEFU_MESSAGES_PER_MINUTE_PER_IP": "100000000",
+            "KEFU_MAX_SOCKETS_PER_IP": "1000000",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.redis: subprocess.Popen[bytes] | None = None
+        self.workers = [Worker(self.env, self.tmp / f"worker-{i}.log") for i in range(args.workers)]
+
+    def manage(self, *args: str) -> None:
+        done = subprocess.run(
+            [str(ROOT / ".venv/bin/python"), "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {args[0]}: {(done.stdout + done.stderr)[-800:]}")
+
+    def setup(self) -> None:
+        with psycopg.connect(self.pg_admin, autocommit=True) as db:
+            db.execute(f'CREATE DATABASE "{self.db_name}"')
+        self.redis = subprocess.Popen(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.manage("migrate", "--noinput")
+        self.manage("import_faq", str(self.args.data / "bitext" / "faq_seed.jsonl"))
+        for w in self.workers:
+            w.start()
+        for w in self.workers:
+            w.wait_healthy()
+
+    def teardown(self) -> None:
+        for w in self.workers:
+            w.signal(signal.SIGKILL)
+            w.wait_exit(10)
+        if self.redis is not None:
+            self.redis.kill()
+        self.upstream.stop()
+        with psycopg.connect(self.pg_admin, autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.workers if w.proc is not None]
+
+    async def chat(self) -> dict[str, object]:
+        args = self.args
+        pools = question_pool(args.data, args.seed)
+        pool = pools[args.mix] if args.mix != "all" else pools["faq"] + pools["oos"] + pools["remote"]
+        stats = Stats()
+        stop_at = time.monotonic() + args.warmup + args.seconds
+        shoppers = [
+            Shopper(self.workers[i % len(self.workers)].ws, self.workers[0].base, pool, stats, args)
+            for i in range(args.shoppers)
+        ]
+        tasks = [asyncio.create_task(s.run(stop_at)) for s in shoppers]
+        await asyncio.sleep(args.warmup)
+        cpu0 = sum(cpu_s(p) for p in self.pids())
+        stats.measuring, started = True, time.monotonic()
+        await asyncio.sleep(args.seconds)
+        stats.measuring = False
+        elapsed = time.monotonic() - started
+        cpu = sum(cpu_s(p) for p in self.pids()) - cpu0
+        await asyncio.gather(*tasks, return_exceptions=True)
+        lost, duplicated = await asyncio.to_thread(self.check, stats.sent)
+        routes = sorted(stats.first, key=lambda r: -len(stats.first[r]))
+        return {
+            "shoppers": args.shoppers,
+            "workers": args.workers,
+            "mix": args.mix,
+            "answers_per_s": stats.answers / elapsed,
+            "cpu_ms_per_answer": cpu * 1000 / max(1, stats.answers),
+            "server_cores": cpu / elapsed,
+            "frames_per_s": stats.frames / elapsed,
+            "answers": stats.answers,
+            "errors": stats.errors,
+            "lost": lost,
+            "duplicated": duplicated,
+            "routes": {
+                r: {
+                    "n": len(stats.first[r]),
+                    "first_p50": pct(stats.first[r], 50),
+                    "first_p95": pct(stats.first[r], 95),
+                    "first_p99": pct(stats.first[r], 99),
+                    "end_p99": pct(stats.end[r], 99),
+                }
+                for r in routes
+            },
+        }
+
+    def check(self, sent: list[tuple[str, str]]) -> tuple[int, int]:
+        """Sent client_ids not stored, and questions with more than one whole bot answer."""
+        with psycopg.connect(self.pg) as db:
+            stored = {
+                (str(c), cid)
+                for c, cid in db.execute("SELECT conversation_id, client_id FROM chat_message WHERE role = 'shopper'")
+            }
+            duplicated = db.execute(
+                "SELECT count(*) FROM (SELECT conversation_id, reply_to_seq FROM chat_message WHERE role = 'bot'"
+                " AND NOT cut AND state = 'done' GROUP BY 1, 2 HAVING count(*) > 1) d"
+            ).fetchone()
+        return sum(1 for s in sent if s not in stored), int(duplicated[0] if duplicated else 0)
+
+    async def idle(self) -> dict[str, object]:
+        args = self.args
+        pids = self.pids()
+        rss0 = sum(rss_bytes(p) for p in pids)
+        sockets = []
+        for i in range(args.idle):
+            w = self.workers[i % len(self.workers)]
+            ws = await websockets.connect(w.ws, origin=w.base)
+            await ws.send(json.dumps({"type": "hello"}))
+            await ws.recv()
+            sockets.append(ws)
+        await asyncio.sleep(5)
+        rss1 = sum(rss_bytes(p) for p in pids)
+        cpu0 = sum(cpu_s(p) for p in pids)
+        await asyncio.sleep(args.seconds)
+        cpu = sum(cpu_s(p) for p in pids) - cpu0
+        for ws in sockets:
+            await ws.close()
+        return {
+            "idle_sockets": args.idle,
+            "workers": args.workers,
+            "kb_per_socket": (rss1 - rss0) / 1024 / args.idle,
+            "core_share": cpu / args.seconds,
+        }
+
+
+def print_chat(r: dict[str, object]) -> None:
+    print(
+        f"{r['shoppers']} shoppers, {r['workers']} worker(s), mix {r['mix']}: {r['answers_per_s']:.1f} answers/s, "
+        f"{r['cpu_ms_per_answer']:.1f} ms server CPU per answer ({r['server_cores']:.2f} cores), "
+        f"{r['frames_per_s']:.0f} frames/s, errors {r['errors']}, lost {r['lost']}, duplicated {r['duplicated']}"
+    )
+    print("| route | answers | first delta p50 / p95 / p99 | end p99 |")
+    print("|---|---:|---:|---:|")
+    for route, v in r["routes"].items():  # type: ignore[attr-defined]
+        print(
+            f"| `{route}` | {v['n']} | {v['first_p50']:.0f} / {v['first_p95']:.0f} / {v['first_p99']:.0f} ms "
+            f"| {v['end_p99']:.0f} ms |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shoppers", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--turns", type=int, default=5, help="questions per conversation")
+    parser.add_argument("--think-ms", type=float, default=0.0)
+    parser.add_argument("--mix", choices=["all", "faq", "oos", "remote"], default="all")
+    parser.add_argument("--ttft-ms", type=float, default=300.0)
+    parser.add_argument("--token-ms", type=float, default=20.0)
+    parser.add_argument("--idle", type=int, default=0, help="open this many idle sockets instead of chatting")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON too")
+    args = parser.parse_args(argv)
+    load = Load(args)
+    try:
+        load.setup()
+        result = asyncio.run(load.idle() if args.idle else load.chat())
+    finally:
+        load.teardown()
+    if args.idle:
+        print(
+            f"{result['idle_sockets']} idle sockets on {result['workers']} worker(s): "
+            f"{result['kb_per_socket']:.1f} KB each, {result['core_share'] * 100:.1f}% of a core"
+        )
+    else:
+        print_chat(result)
+    if args.json:
+        print(json.dumps(result))
+    return 1 if not args.idle and (result["lost"] or result["duplicated"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

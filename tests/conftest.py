@@ -245,6 +245,15 @@ class LiveKefu:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            # Not healthy in time, or the test's timeout fired meanwhile: the fixture never got
+            # this server to stop, so stop it here (left running, it took CPU from later tests).
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
@@ -257,7 +266,6 @@ class LiveKefu:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daphne exited with {self.proc.returncode}")
             time.sleep(0.3)
-        self.stop()
         raise RuntimeError("kefu did not become healthy in 90 s")
 
     def stop(self) -> None:

@@ -7,7 +7,7 @@ All functions are synchronous (the ORM); async callers wrap them in ``database_s
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -214,28 +214,33 @@ def answer_leases_end(*, message_ids: list[int]) -> int:
     )
 
 
+def _finished(record: AnswerRecord) -> dict[str, Any]:
+    """The columns that end a streaming bot row as ``record`` says (state ``done``, lease off)."""
+    return {
+        "text": record.text,
+        "route": record.route,
+        "model": record.model,
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "cost_usd": record.cost_usd,
+        "saved_usd": record.saved_usd,
+        "ttft_ms": record.ttft_ms,
+        "latency_ms": record.latency_ms,
+        "usage_estimated": record.estimated,
+        "cut": record.cut,
+        "faq_entry_id": record.faq_entry_id,
+        "cache_entry_id": record.cache_entry_id,
+        "state": MessageState.DONE,
+        "lease_until": None,
+    }
+
+
 def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message | None:
     """Store the end of a bot answer: the whole text and how it was made (state ``done``).
 
     The row, or None when it was no longer streaming: its lease ran out and a sweep finished it
     as an orphan (and asked the question again), so this end must not be published."""
-    done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
-        text=record.text,
-        route=record.route,
-        model=record.model,
-        prompt_tokens=record.prompt_tokens,
-        completion_tokens=record.completion_tokens,
-        cost_usd=record.cost_usd,
-        saved_usd=record.saved_usd,
-        ttft_ms=record.ttft_ms,
-        latency_ms=record.latency_ms,
-        usage_estimated=record.estimated,
-        cut=record.cut,
-        faq_entry_id=record.faq_entry_id,
-        cache_entry_id=record.cache_entry_id,
-        state=MessageState.DONE,
-        lease_until=None,
-    )
+    done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(**_finished(record))
     return Message.objects.get(pk=message_id) if done else None
 
 
@@ -247,20 +252,9 @@ def bot_message_supersede(*, message_id: int, record: AnswerRecord, hold_s: floa
     pause, a sweep answers the question (``orphaned_claims``). The row, or None when it was no
     longer streaming (a sweep took it)."""
     with transaction.atomic():
+        dropped = replace(record, text="", ttft_ms=None, cut=True)
         done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
-            text="",
-            route=record.route,
-            model=record.model,
-            prompt_tokens=record.prompt_tokens,
-            completion_tokens=record.completion_tokens,
-            cost_usd=record.cost_usd,
-            ttft_ms=None,
-            latency_ms=record.latency_ms,
-            usage_estimated=record.estimated,
-            cut=True,
-            superseded=True,
-            state=MessageState.DONE,
-            lease_until=None,
+            **_finished(dropped), superseded=True
         )
         if not done:
             return None

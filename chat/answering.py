@@ -341,8 +341,10 @@ async def answer_message(
     answer = await router.answer_open(
         question=question_of(message, conversation), history=history_loader(cid, before_seq=history_before)
     )
-    if answer.remote:
-        await asyncio.sleep(0)  # let it send the request before the row write competes for the GIL
+    fixed = answer.fixed_text
+    if fixed is not None:
+        return await _answer_fixed(conversation, message, answer, fixed)
+    await asyncio.sleep(0)  # let it send the request before the row write competes for the GIL
 
     try:
         bot, epoch = await database_sync_to_async(services.bot_message_begin)(
@@ -436,6 +438,44 @@ async def answer_message(
         return True  # the shopper is typing the rest: the caller answers all the fragments
     if fenced:
         return False  # an agent took over (or the owner changed): the stored cut answer is all
+    await _answered(conversation, message, answer, cut=cut)
+    return False
+
+
+async def _answer_fixed(conversation: Conversation, message: Message, answer: router.Answer, text: str) -> bool:
+    """The answer's whole ``text`` is known (FAQ, cache, decline, handoff): store it done in one
+    write (``services.bot_message_answered``) and send it as one event (``stream.start``, one
+    delta, ``stream.end``: ``events.publish_answer``). No streaming row, lease, fence or stream
+    buffer: nothing is shown before the row is stored, and a take-over that committed first makes
+    the write refuse (the bot stays silent). ``ttft_ms`` and ``latency_ms`` are from the message
+    being stored to the moment the text was ready, just before its write. Returns False (no
+    burst: a fixed answer is never dropped)."""
+    cid = conversation.id
+    ready_ms = (time.time() - message.created_at.timestamp()) * 1000
+    ttft_ms = ready_ms if text else None
+    try:
+        record = await answer.finish(text=text, ttft_ms=ttft_ms, latency_ms=ready_ms, cut=False)
+    except Exception:  # its saving could not be worked out: the shopper's answer is stored anyway
+        log.exception("accounting for the answer to message %s failed", message.seq)
+        record = AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=ready_ms, cut=False)
+    try:
+        bot, epoch = await database_sync_to_async(services.bot_message_answered)(
+            conversation_id=cid, reply_to_seq=message.seq, record=record
+        )
+    except errors.AgentHolds:  # taken over since the message was claimed: the bot stays silent
+        await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
+        return False
+    await events.publish_answer(cid, bot, epoch=epoch)
+    await _answered(conversation, message, answer, cut=False)
+    return False
+
+
+async def _answered(conversation: Conversation, message: Message, answer: router.Answer, *, cut: bool) -> None:
+    """After an answer's ``stream.end`` went out (not fenced, not dropped): start the summary of
+    turns that left the prompt window, tell the shopper when a failure ``cut`` it, else hand it to
+    the router's after-work (cache, audit); queue the conversation for an agent when the answer
+    says so (``handoff.escalate``)."""
+    cid = conversation.id
     # Turns that left the prompt window are folded into the rolling summary, in the background.
     try:
         await tasks.maybe_summarise_async(conversation_id=cid)
@@ -453,4 +493,3 @@ async def answer_message(
         await handoff.escalate(
             conversation_id=cid, message=message, route=answer.route, reason=answer.reason, locale=answer.locale
         )
-    return False

@@ -116,6 +116,42 @@ async def publish(conversation_id: uuid.UUID | str, frame: Any, **extra: Any) ->
     return sent
 
 
+async def publish_answer(conversation_id: uuid.UUID | str, msg: Message, *, epoch: int) -> bool:
+    """Send a fixed answer stored whole (``services.bot_message_answered``, after it committed) as
+    its stream in one group event (``chat.frames``): ``stream.start``, one ``stream.delta`` with
+    the whole text (``pos`` 0), ``stream.end``, the order :func:`publish` would have sent them in
+    three events; then the console list update of the ``stream.end``. ``epoch``: the owner epoch
+    it was written under. False (logged) when the layer failed."""
+    cid = str(conversation_id)
+    frames: list[Any] = [
+        {"type": "stream.start", "id": msg.pk, "seq": msg.seq, "role": "bot", "route": msg.route},
+    ]
+    if msg.text:
+        frames.append({"type": "stream.delta", "id": msg.pk, "text": msg.text})
+    end = stream_end_frame(msg)
+    frames.append(end)
+    sent = await _group_send(
+        conversation_group(cid),
+        {"type": "chat.frames", "frames": frames, "conversation": cid, "epoch": epoch, "pos": 0},
+    )
+    await publish_agents(_list_update(cid, end))
+    return sent
+
+
+def frames_of(event: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``chat.frame`` events a ``chat.frames`` event stands for, in order, each with the
+    group event's ``conversation``, ``epoch`` and (for its delta) ``pos``: what a consumer hands
+    to its ``chat_frame`` one by one."""
+    extra: dict[str, Any] = {k: event[k] for k in ("conversation", "epoch") if k in event}
+    out = []
+    for frame in event["frames"]:
+        one: dict[str, Any] = {"type": "chat.frame", "frame": frame, **extra}
+        if frame["type"] == "stream.delta":
+            one["pos"] = event.get("pos", 0)
+        out.append(one)
+    return out
+
+
 # --- Staff-only events (agent console; docs/console.md). The shopper's sockets never join these groups.
 
 AGENTS_GROUP = "agents"

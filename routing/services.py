@@ -124,6 +124,13 @@ class Answer:
         """Whether the answer was opened on a remote model (its request is already on its way)."""
         return self._remote
 
+    @property
+    def fixed_text(self) -> str | None:
+        """The whole answer when it is known before it is shown (FAQ, cache, decline, handoff: no
+        remote call), else None. Chat then stores it in one write and sends it as one delta
+        instead of streaming it; :meth:`finish` is still called."""
+        return None if self._remote else (self._decision.text or "")
+
     async def stream(self) -> AsyncGenerator[str, None]:
         """The answer's text in pieces (non-empty strings). A fixed answer (FAQ, cache, decline,
         handoff) comes in pieces of about 40 code points. When the remote model fails before any

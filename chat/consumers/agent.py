@@ -285,6 +285,12 @@ class AgentConsumer(FrameSocket):
     }
 
     # --- group events --------------------------------------------------------------------
+    async def chat_frames(self, event: dict[str, Any]) -> None:
+        """Several frames of the conversation in one group event (``chat.events.publish_answer``),
+        handled in order as if each had come alone."""
+        for one in events.frames_of(event):
+            await self.chat_frame(one)
+
     async def chat_frame(self, event: dict[str, Any]) -> None:
         """A frame of the followed conversation (as its shopper gets it), with its id."""
         if event.get("conversation") != (str(self.following) if self.following else None):

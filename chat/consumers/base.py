@@ -78,11 +78,19 @@ class FrameSocket(AsyncWebsocketConsumer):
         sweeper.ensure_sweeper()  # every process gives back the conversations of agents who vanished
         shutdown.install()  # and drains on SIGTERM instead of dropping what it streams
         regroup.register(self)  # and joins its sockets' groups again after Redis lost them
+        # Events this process publishes to a group of this socket arrive in its in-process inbox
+        # (chat.layer, local fan-out); the others through the layer's receive.
+        local_inbox = getattr(self.channel_layer, "local_inbox", None)
+        sources = [receive, self.channel_receive]
+        if local_inbox is not None:
+            sources.append(local_inbox(self.channel_name).get)
         try:
-            await await_many_dispatch([receive, self.channel_receive], self.dispatch)
+            await await_many_dispatch(sources, self.dispatch)
         except StopConsumer:
             pass
         finally:
+            if local_inbox is not None:
+                self.channel_layer.local_close(self.channel_name)
             regroup.unregister(self)
             await self._release()
 

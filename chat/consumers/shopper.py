@@ -290,6 +290,12 @@ class ShopperConsumer(FrameSocket):
             raise ProtocolError(e.code, e.message) from None
 
     # --- group events --------------------------------------------------------------------
+    async def chat_frames(self, event: dict[str, Any]) -> None:
+        """Several frames of the conversation in one group event (``chat.events.publish_answer``),
+        handled in order as if each had come alone."""
+        for one in events.frames_of(event):
+            await self.chat_frame(one)
+
     async def chat_frame(self, event: dict[str, Any]) -> None:
         frame = event["frame"]
         kind = frame["type"]

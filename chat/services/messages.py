@@ -244,6 +244,44 @@ def bot_message_finish(*, message_id: int, record: AnswerRecord) -> Message | No
     return Message.objects.get(pk=message_id) if done else None
 
 
+def bot_message_answered(*, conversation_id: uuid.UUID, reply_to_seq: int, record: AnswerRecord) -> tuple[Message, int]:
+    """Store a bot answer whose whole text is known before it is shown (a fixed answer: FAQ,
+    cache, decline, handoff) in one transaction: the row is written done, as ``record`` says, and
+    never streams. Three statements where ``bot_message_begin`` + ``bot_message_finish`` take
+    seven: one ``UPDATE ... RETURNING`` allocates the seq, ends the claim on ``reply_to_seq`` and
+    reads the owner epoch under the row lock, refusing a conversation an agent holds; then the
+    INSERT. A process that dies before it commits leaves the claim to run out, and a sweep asks
+    the question again (``orphaned_claims``); after it, the answer is stored.
+
+    Returns the row and the conversation's ``owner_epoch`` (``chat.fencing``). Raises
+    ``AgentHolds`` (and writes nothing) when an agent holds the conversation, and
+    ``Conversation.DoesNotExist`` for an unknown one."""
+    table = connection.ops.quote_name(Conversation._meta.db_table)
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
+    now = timezone.now()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET last_seq = last_seq + 1, updated_at = %s, "
+                "claim_until = CASE WHEN answered_seq = %s THEN NULL ELSE claim_until END "
+                "WHERE id = %s AND status <> %s RETURNING last_seq, owner_epoch",
+                [now, reply_to_seq, pk, ConversationStatus.AGENT.value],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            if Conversation.objects.filter(pk=conversation_id).exists():
+                raise AgentHolds(str(conversation_id))
+            raise Conversation.DoesNotExist(conversation_id)
+        msg = Message.objects.create(
+            conversation_id=conversation_id,
+            seq=int(row[0]),
+            role=Role.BOT,
+            reply_to_seq=reply_to_seq,
+            **_finished(record),
+        )
+    return msg, int(row[1])
+
+
 def bot_message_supersede(*, message_id: int, record: AnswerRecord, hold_s: float) -> Message | None:
     """End a bot answer that showed no text because the shopper went on typing (burst debounce,
     ``chat.answering``): stored done, empty, cut and ``superseded``, with the cost of its abandoned

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from chat import services
-from chat.models import Conversation, Message, Role
+from chat.errors import AgentHolds
+from chat.models import Conversation, ConversationStatus, Message, MessageState, Role
+from routing.types import AnswerRecord
 
 pytestmark = pytest.mark.django_db
 
@@ -58,3 +60,36 @@ def test_a_resend_is_neither_stored_nor_claimed_twice() -> None:
     b = services.message_receive(conversation_id=conv.id, client_id="same", text="Where is my parcel?", claim=True)
     assert a.created and not b.created and b.claimed is None and b.message.pk == a.message.pk
     assert Message.objects.filter(conversation=conv).count() == 1 and answered_seq(conv) == 1
+
+
+def test_a_fixed_answer_is_stored_done_in_one_write_and_ends_the_claim() -> None:
+    conv, _ = services.conversation_start()
+    asked = services.message_receive(conversation_id=conv.id, client_id="c1", text="returns?", claim=True)
+    record = AnswerRecord(
+        text="You can return unused items within 30 days.", route="faq", ttft_ms=4.0, latency_ms=4.0, cut=False
+    )
+    bot, epoch = services.bot_message_answered(conversation_id=conv.id, reply_to_seq=asked.message.seq, record=record)
+    row = Message.objects.get(pk=bot.pk)
+    assert (row.seq, row.role, row.state, row.text, row.route, row.reply_to_seq, row.lease_until) == (
+        2,
+        Role.BOT,
+        MessageState.DONE,
+        "You can return unused items within 30 days.",
+        "faq",
+        1,
+        None,
+    )
+    conv.refresh_from_db()
+    assert conv.last_seq == 2 and conv.claim_until is None and epoch == conv.owner_epoch
+
+
+def test_a_fixed_answer_to_a_conversation_an_agent_holds_writes_nothing() -> None:
+    conv, _ = services.conversation_start()
+    asked = services.message_receive(conversation_id=conv.id, client_id="c1", text="returns?", claim=True)
+    Conversation.objects.filter(pk=conv.id).update(status=ConversationStatus.AGENT)
+    record = AnswerRecord(text="Within 30 days.", route="faq", ttft_ms=1.0, latency_ms=1.0, cut=False)
+    with pytest.raises(AgentHolds):
+        services.bot_message_answered(conversation_id=conv.id, reply_to_seq=asked.message.seq, record=record)
+    conv.refresh_from_db()
+    assert conv.last_seq == 1 and conv.claim_until is not None
+    assert list(Message.objects.filter(conversation=conv).values_list("role", flat=True)) == [Role.SHOPPER]

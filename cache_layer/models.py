@@ -106,3 +106,34 @@ class CacheAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.verdict}: {self.question[:60]}"
+
+
+class CacheChange(models.Model):
+    """One change to the answer cache's entries, for other workers' in-process indexes
+    (:mod:`cache_layer.vector_index`): an append-only log read incrementally by id.
+
+    Written by :mod:`cache_layer.services` in the same transaction as the change itself, so a
+    worker that sees the entry (or its absence) also sees the change. ``kind``: ``add`` (an entry
+    was stored), ``delete`` (deleted: expired, evicted by the size bound, grounded on an edited FAQ
+    entry, marked wrong, purged one by one) or ``purge`` (every entry of ``scope`` was deleted;
+    ``entry_id`` is NULL). ``entry_id`` is not a foreign key: the row outlives the entry. Rows older
+    than :data:`cache_layer.vector_index.CHANGE_LOG_RETENTION_S` are trimmed
+    (:func:`cache_layer.services.trim_change_log`).
+    """
+
+    class Kind(models.TextChoices):
+        ADD = "add"
+        DELETE = "delete"
+        PURGE = "purge"
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=255)
+    entry_id = models.BigIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.entry_id} [{self.scope}]"

@@ -12,14 +12,21 @@ The exact lookup asks the exact store first (:mod:`cache_layer.exact_store`: Red
 the index knows the key, and refills the store then. Every deletion path deletes the store's keys
 too. A miss costs no query at all.
 
+Every insert and deletion of an entry writes a :class:`~cache_layer.models.CacheChange` row in
+the same transaction, so other workers apply it to their indexes incrementally (no reload); this
+process applies its own at commit. :func:`trim_change_log` drops old log rows (called from
+:func:`enforce_size_bound` at most once a minute per process).
+
 Settings: :class:`cache_layer.config.CacheConfig` (read and validated once; defaults in
 config/settings.py).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,7 +42,7 @@ from .config import cache_config
 from .embeddings import get_embedder
 from .exact_store import ExactEntry, get_exact_store
 from .intent_model import get_intent_model
-from .models import CachedAnswer, CachedAnswerGround
+from .models import CacheChange, CachedAnswer, CachedAnswerGround
 from .normalise import exact_key_text
 from .policy import may_cache_answer, may_cache_question
 from .similarity import semantic_verdict
@@ -225,30 +232,28 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     exact = _exact_row_hit(scope=scope, key_hash=key_hash, now=now, idx=idx)
     if exact is not None:
         return exact
-    if len(idx.ids) == 0:
+    if len(idx) == 0:
         return None
     vec = _embed(question) if embedding is None else np.asarray(embedding, dtype=np.float32).reshape(-1)
-    if vec.shape[0] != idx.vecs.shape[1]:
-        log.warning("cache lookup: embedding dim %s does not match the scope's %s", vec.shape[0], idx.vecs.shape[1])
+    if vec.shape[0] != idx.dim:
+        log.warning("cache lookup: embedding dim %s does not match the scope's %s", vec.shape[0], idx.dim)
         return None
-    sims = idx.vecs @ vec  # (n,) cosines: rows and query are unit vectors
     cfg = cache_config()
     lexical_t, intent_t = cfg.semantic_threshold, cfg.intent_cosine
-    k = min(cfg.semantic_candidates, len(sims))
-    top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
-    candidates = [int(i) for i in top[np.argsort(-sims[top])] if sims[i] >= min(lexical_t, intent_t)]
+    found = idx.search(vec, cfg.semantic_candidates)  # nearest first, exact cosines
+    candidates = [n for n, sim in enumerate(found.sims) if sim >= min(lexical_t, intent_t)]
     if not candidates:
         return None
     model = get_intent_model() if cfg.intent_confidence <= 1.0 else None
     if model is not None and model.dim != vec.shape[0]:
         model = None
-    resolved = model.resolve(np.vstack([vec[None, :], idx.vecs[candidates]])) if model is not None else None
+    resolved = model.resolve(np.vstack([vec[None, :], found.vectors[candidates]])) if model is not None else None
     passing: list[tuple[int, float, str]] = []  # (index row, cosine, rule)
     for n, i in enumerate(candidates):
-        sim = float(sims[i])
+        sim = found.sims[i]
         verdict = semantic_verdict(
             question,
-            idx.questions[i],
+            found.questions[i],
             similarity=sim,
             resolved=(resolved[0], resolved[n + 1]) if resolved is not None else None,
             lexical_threshold=lexical_t,
@@ -259,25 +264,25 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         if verdict.ok:
             passing.append((i, sim, verdict.rule))
         else:
-            log.debug("cache: %r ~ %r (%.3f) refused: %s", question, idx.questions[i], sim, verdict.rule)
+            log.debug("cache: %r ~ %r (%.3f) refused: %s", question, found.questions[i], sim, verdict.rule)
     if not passing:
         return None
     rows = {
         r[0]: r
         for r in CachedAnswer.objects.filter(
-            id__in=[int(idx.ids[i]) for i, _, _ in passing], expires_at__gt=now
+            id__in=[found.ids[i] for i, _, _ in passing], expires_at__gt=now
         ).values_list("id", "answer", "model", "question")
     }
-    live = [(i, sim, rule) for i, sim, rule in passing if int(idx.ids[i]) in rows]
+    live = [(i, sim, rule) for i, sim, rule in passing if found.ids[i] in rows]
     if not live:
         return None
     best_i, best_sim, rule = live[0]
-    best = rows[int(idx.ids[best_i])]
+    best = rows[found.ids[best_i]]
     # Two cached questions both fit and their answers differ: unless the best is clearly closer,
     # which one is right is a guess, and a wrong guess is a false hit. A miss costs one model call.
     for i, sim, _ in live[1:]:
-        if best_sim - sim < cfg.ambiguity_margin and rows[int(idx.ids[i])][1] != best[1]:
-            log.debug("cache: %r ambiguous between %r and %r", question, best[3], rows[int(idx.ids[i])][3])
+        if best_sim - sim < cfg.ambiguity_margin and rows[found.ids[i]][1] != best[1]:
+            log.debug("cache: %r ambiguous between %r and %r", question, best[3], rows[found.ids[i]][3])
             return None
     _record_hit(best[0])
     return CacheHit(
@@ -331,7 +336,10 @@ def store(
             if existing is not None:
                 if existing.expires_at > now:
                     return False
+                replaced = existing.id
                 existing.delete()
+                CacheChange.objects.create(scope=scope, entry_id=replaced, kind=CacheChange.Kind.DELETE)
+                transaction.on_commit(lambda: vector_index.discard(scope, [replaced]), robust=True)
             entry = CachedAnswer.objects.create(
                 scope=scope,
                 key_hash=kh,
@@ -349,6 +357,7 @@ def store(
             CachedAnswerGround.objects.bulk_create(
                 [CachedAnswerGround(answer=entry, faq_entry_id=int(g)) for g in dict.fromkeys(grounded_on)]
             )
+            CacheChange.objects.create(scope=scope, entry_id=entry.id, kind=CacheChange.Kind.ADD)
     except IntegrityError:
         return False  # another worker stored the same key a moment ago
     payload: ExactEntry = {
@@ -394,48 +403,72 @@ def evict_for_faq_entry(entry_id: int) -> int:
     ids = list(CachedAnswerGround.objects.filter(faq_entry_id=entry_id).values_list("answer_id", flat=True))
     if not ids:
         return 0
-    keys = list(CachedAnswer.objects.filter(id__in=ids).values_list("scope", "key_hash"))
-    n, _ = CachedAnswer.objects.filter(id__in=ids).delete()
-    _exact_delete(keys)
-    vector_index.forget(list({k[0] for k in keys}))
-    return len(ids) if n else 0
+    return _delete_rows(list(CachedAnswer.objects.filter(id__in=ids).values_list("id", "scope", "key_hash")))
 
 
 def evict_entry(entry_id: int) -> bool:
     """Delete one entry (an agent marked it wrong); ``True`` if it existed."""
-    keys = list(CachedAnswer.objects.filter(id=entry_id).values_list("scope", "key_hash"))
-    n, _ = CachedAnswer.objects.filter(id=entry_id).delete()
-    _exact_delete(keys)
-    vector_index.forget()
-    return bool(n)
+    return bool(_delete_rows(list(CachedAnswer.objects.filter(id=entry_id).values_list("id", "scope", "key_hash"))))
 
 
 def purge(scope: str | None = None) -> int:
-    """Delete all entries (or one scope's); returns the number of answers deleted."""
+    """Delete all entries (or one scope's); returns the number of answers deleted. The change log
+    gets one ``purge`` row per scope, not one per entry."""
     qs = CachedAnswer.objects.all() if scope is None else CachedAnswer.objects.filter(scope=scope)
-    n = qs.count()
-    qs.delete()
+    with transaction.atomic():
+        scopes = [scope] if scope is not None else sorted(set(qs.values_list("scope", flat=True)))
+        n = qs.count()
+        qs.delete()
+        CacheChange.objects.bulk_create([CacheChange(scope=s, kind=CacheChange.Kind.PURGE) for s in scopes])
+        transaction.on_commit(lambda: vector_index.clear(scopes), robust=True)
     _exact_purge(scope)
-    vector_index.forget(None if scope is None else [scope])
     return n
 
 
 def purge_expired() -> int:
     """Delete expired entries; returns how many (lookups ignore them anyway)."""
     rows = list(CachedAnswer.objects.filter(expires_at__lte=timezone.now()).values_list("id", "scope", "key_hash"))
-    if rows:
-        _delete_rows(rows)
-        vector_index.forget()
-    return len(rows)
+    return _delete_rows(rows) if rows else 0
 
 
-def _delete_rows(rows: Sequence[tuple[int, str, str]]) -> None:
-    """Delete ``(id, scope, key_hash)`` rows (in chunks: SQLite limits query parameters) and their
-    exact-store keys."""
+def _delete_rows(rows: Sequence[tuple[int, str, str]]) -> int:
+    """Delete ``(id, scope, key_hash)`` rows, 500 a transaction (SQLite limits query parameters),
+    each with its ``delete`` change-log rows, then their exact-store keys; this process's indexes
+    drop them at commit (O(dim) each, no reload). Returns the number of rows deleted (a row
+    another worker deleted first is not counted; its log row is harmless)."""
+    deleted = 0
     for i in range(0, len(rows), 500):
         chunk = rows[i : i + 500]
-        CachedAnswer.objects.filter(id__in=[r[0] for r in chunk]).delete()
+        with transaction.atomic():
+            _, per_model = CachedAnswer.objects.filter(id__in=[r[0] for r in chunk]).delete()
+            deleted += per_model.get(CachedAnswer._meta.label, 0)
+            CacheChange.objects.bulk_create(
+                [CacheChange(scope=r[1], entry_id=r[0], kind=CacheChange.Kind.DELETE) for r in chunk]
+            )
+            by_scope: dict[str, list[int]] = {}
+            for r in chunk:
+                by_scope.setdefault(r[1], []).append(r[0])
+            transaction.on_commit(functools.partial(_discard, by_scope), robust=True)
         _exact_delete([(r[1], r[2]) for r in chunk])
+    return deleted
+
+
+def _discard(by_scope: dict[str, list[int]]) -> None:
+    for scope, ids in by_scope.items():
+        vector_index.discard(scope, ids)
+
+
+_TRIM_EVERY_S = 60.0
+_trimmed_at = [-_TRIM_EVERY_S]  # time.monotonic() of this process's last trim of the change log
+
+
+def trim_change_log(*, older_than_s: float = vector_index.CHANGE_LOG_RETENTION_S) -> int:
+    """Delete change-log rows older than ``older_than_s`` seconds (default
+    ``vector_index.CHANGE_LOG_RETENTION_S``); returns how many. Any worker may run it (a Celery
+    beat task too): an indexed range delete."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    n, _ = CacheChange.objects.filter(created_at__lt=cutoff).delete()
+    return n
 
 
 def enforce_size_bound() -> int:
@@ -447,7 +480,9 @@ def enforce_size_bound() -> int:
         cut = list(
             CachedAnswer.objects.order_by("created_at", "id").values_list("id", "scope", "key_hash")[: total - bound]
         )
-        _delete_rows(cut)
-        vector_index.forget()
-        removed += len(cut)
+        removed += _delete_rows(cut)
+    now = time.monotonic()
+    if now - _trimmed_at[0] >= _TRIM_EVERY_S:
+        _trimmed_at[0] = now
+        trim_change_log()
     return removed

@@ -15,6 +15,8 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from routing import services as router
+
 from . import availability, fencing, regroup
 from .models import Message
 from .protocol import MessageFrame, StreamEndFrame, Usage
@@ -126,13 +128,17 @@ async def publish_answer(conversation_id: uuid.UUID | str, msg: Message, *, epoc
     frames: list[Any] = [
         {"type": "stream.start", "id": msg.pk, "seq": msg.seq, "role": "bot", "route": msg.route},
     ]
-    if msg.text:
-        frames.append({"type": "stream.delta", "id": msg.pk, "text": msg.text})
+    pos = 0
+    for piece in router.answer_pieces(
+        msg.text
+    ):  # pieces as a stream would bring them; the widget shows them as they come
+        frames.append({"type": "stream.delta", "id": msg.pk, "text": piece, "pos": pos})
+        pos += len(piece)
     end = stream_end_frame(msg)
     frames.append(end)
     sent = await _group_send(
         conversation_group(cid),
-        {"type": "chat.frames", "frames": frames, "conversation": cid, "epoch": epoch, "pos": 0},
+        {"type": "chat.frames", "frames": frames, "conversation": cid, "epoch": epoch},
     )
     await publish_agents(_list_update(cid, end))
     return sent
@@ -147,7 +153,8 @@ def frames_of(event: dict[str, Any]) -> list[dict[str, Any]]:
     for frame in event["frames"]:
         one: dict[str, Any] = {"type": "chat.frame", "frame": frame, **extra}
         if frame["type"] == "stream.delta":
-            one["pos"] = event.get("pos", 0)
+            one["frame"] = {k: v for k, v in frame.items() if k != "pos"}
+            one["pos"] = frame.get("pos", 0)
         out.append(one)
     return out
 

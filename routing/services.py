@@ -232,6 +232,12 @@ class Answer:
                 log.exception("sampling cache hit %s for audit failed", decision.cache_entry_id)
 
 
+def answer_pieces(text: str) -> list[str]:
+    """``text`` (a fixed answer) in the pieces of about 40 code points a stream of it would bring
+    (``routing.answers.chunks``); ``"".join`` gives ``text`` back."""
+    return answers.chunks(text)
+
+
 async def answer_open(*, question: Question, history: HistoryLoader) -> Answer:
     """Decide who answers ``question`` (``routing.strategy``: handoff keywords, FAQ, scope, then a
     cached or fresh remote answer, else a handoff) and open its answer; a remote answer's upstream

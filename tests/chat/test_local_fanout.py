@@ -94,7 +94,7 @@ async def test_a_shoppers_answer_reaches_its_socket_in_process(
         await shopper.hello()
         await shopper.say("how many days do I have to send an item back?")
         frames = await shopper.until("stream.end")
-        assert [f["type"] for f in frames] == ["message", "stream.start", "stream.delta", "stream.end"]
+        assert [f["type"] for f in frames][:3] == ["message", "stream.start", "stream.delta"]
         assert frames[-1]["text"] == "You can return unused items within 30 days for a full refund."
         layer = get_channel_layer()
         assert layer.local_deliveries >= 2 and layer.remote_pushes == 0

@@ -28,10 +28,13 @@ async def test_deltas_carry_their_position_and_a_resync_replays_everything_after
     await shopper.hello()
     await shopper.say("how long does delivery take?")
     first = await shopper.until("stream.end")
-    # A fixed answer is known whole before it is shown: one delta at pos 0 (chat.answering).
     deltas = [f for f in first if f["type"] == "stream.delta"]
-    assert [(d["pos"], d["text"]) for d in deltas] == [(0, first[-1]["text"])]
-    assert [f["type"] for f in first[-3:]] == ["stream.start", "stream.delta", "stream.end"]
+    assert len(deltas) > 1
+    pos = 0
+    for d in deltas:
+        assert d["pos"] == pos
+        pos += len(d["text"])
+    assert pos == len(first[-1]["text"])
     await shopper.say("is apple pay accepted")
     await shopper.until("stream.end")
 

@@ -413,11 +413,7 @@ async def answer_message(
         # answer.route is the route that answered: a tier fallback or a handoff after a failure
         # changed it since stream.start, and stream.end is authoritative.
         text, latency_ms = "".join(parts), (time.time() - received_at) * 1000
-        try:
-            record = await answer.finish(text=text, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
-        except Exception:  # its cost could not be worked out: the shopper's answer is stored anyway
-            log.exception("accounting for answer %s failed", bot.pk)
-            record = AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+        record = await _record(answer, text=text, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
         if dropped:
             stored = await database_sync_to_async(services.bot_message_supersede)(
                 message_id=bot.pk, record=record, hold_s=settings.KEFU_BURST_MAX_WAIT_S
@@ -442,6 +438,18 @@ async def answer_message(
     return False
 
 
+async def _record(
+    answer: router.Answer, *, text: str, ttft_ms: float | None, latency_ms: float, cut: bool
+) -> AnswerRecord:
+    """How the answer ended (``Answer.finish``: its cost or saving); when that cannot be worked
+    out (logged), a record without them, so the shopper's answer is stored anyway."""
+    try:
+        return await answer.finish(text=text, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+    except Exception:
+        log.exception("accounting for an answer (route %s) failed", answer.route)
+        return AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+
+
 async def _answer_fixed(conversation: Conversation, message: Message, answer: router.Answer, text: str) -> bool:
     """The answer's whole ``text`` is known (FAQ, cache, decline, handoff): store it done in one
     write (``services.bot_message_answered``) and send it as one event (``stream.start``, one
@@ -453,11 +461,7 @@ async def _answer_fixed(conversation: Conversation, message: Message, answer: ro
     cid = conversation.id
     ready_ms = (time.time() - message.created_at.timestamp()) * 1000
     ttft_ms = ready_ms if text else None
-    try:
-        record = await answer.finish(text=text, ttft_ms=ttft_ms, latency_ms=ready_ms, cut=False)
-    except Exception:  # its saving could not be worked out: the shopper's answer is stored anyway
-        log.exception("accounting for the answer to message %s failed", message.seq)
-        record = AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=ready_ms, cut=False)
+    record = await _record(answer, text=text, ttft_ms=ttft_ms, latency_ms=ready_ms, cut=False)
     try:
         bot, epoch = await database_sync_to_async(services.bot_message_answered)(
             conversation_id=cid, reply_to_seq=message.seq, record=record

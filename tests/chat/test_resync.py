@@ -23,18 +23,24 @@ PRODUCT_Q = "Does the walnut floor lamp come with a dimmer switch?"
 SHIPPING = "Orders ship within 1 business day and arrive in 2-4 business days."
 
 
-async def test_deltas_carry_their_position_and_a_resync_replays_everything_after_a_seq(make_client, faq):
-    shopper = await make_client()
-    await shopper.hello()
-    await shopper.say("how long does delivery take?")
-    first = await shopper.until("stream.end")
-    deltas = [f for f in first if f["type"] == "stream.delta"]
+def assert_positions(frames: list[dict[str, Any]]) -> None:
+    """The answer came in more than one delta, each ``pos`` the code points before it, and the
+    deltas add up to its ``stream.end`` text."""
+    deltas = [f for f in frames if f["type"] == "stream.delta"]
     assert len(deltas) > 1
     pos = 0
     for d in deltas:
         assert d["pos"] == pos
         pos += len(d["text"])
-    assert pos == len(first[-1]["text"])
+    assert "".join(d["text"] for d in deltas) == frames[-1]["text"] and pos == len(frames[-1]["text"])
+
+
+async def test_deltas_carry_their_position_and_a_resync_replays_everything_after_a_seq(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("how long does delivery take?")
+    first = await shopper.until("stream.end")
+    assert_positions(first)
     await shopper.say("is apple pay accepted")
     await shopper.until("stream.end")
 
@@ -62,13 +68,8 @@ async def test_remote_deltas_carry_the_code_points_before_them(make_client, faq,
     await shopper.hello()
     await shopper.say(PRODUCT_Q)
     frames = await shopper.until("stream.end")
-    deltas = [f for f in frames if f["type"] == "stream.delta"]
-    assert len(deltas) > 1
-    pos = 0
-    for d in deltas:
-        assert d["pos"] == pos
-        pos += len(d["text"])
-    assert pos == len(frames[-1]["text"]) == len("Yes, the walnut lamp has an inline dimmer and a 2 m cable.")
+    assert_positions(frames)
+    assert frames[-1]["text"] == "Yes, the walnut lamp has an inline dimmer and a 2 m cable."
 
 
 async def test_a_socket_that_missed_deltas_in_the_layer_is_mended_from_the_buffer(make_client, faq):

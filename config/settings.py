@@ -91,9 +91,12 @@ DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR
 # Persistent connections: Channels' database_sync_to_async closes connections older than
 # CONN_MAX_AGE around every call, and reconnecting costs milliseconds on every chat message.
 DATABASES["default"]["CONN_MAX_AGE"] = _env("int", "DATABASE_CONN_MAX_AGE", default=600)
-# Health checks (a SELECT 1 before reusing a connection) guard against a restarted server; a
-# SQLite file has no server, and the check would cost a query on every chat message.
+# Health checks guard against a restarted server; a SQLite file has no server. On PostgreSQL the
+# check first polls the idle connection's socket and sends SELECT 1 only when something arrived
+# on it (lib/db/postgresql: Django's backend, less a round trip per database_sync_to_async call).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3"
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["ENGINE"] = "lib.db.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + a busy timeout let Daphne's worker threads write concurrently without "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})

@@ -46,6 +46,11 @@ _pending: set[uuid.UUID] = set()
 # Messages claimed by the consumer in the transaction that stored them (see
 # ``services.message_receive(claim=True)``), waiting for this process's answering loop.
 _claimed: dict[uuid.UUID, list[tuple[Message, Conversation]]] = {}
+# Conversations whose answer just stored took the seq right after its question's: no shopper
+# message was stored between the claim and the answer, so every later one was either claimed by
+# the process that stored it (nothing older waited) or kicked this loop (``_pending``). The loop
+# then ends without asking the database for more (``_drain``).
+_nothing_between: set[uuid.UUID] = set()
 
 
 # Ids of the bot answers this process is streaming now (their rows are ``streaming``).
@@ -176,8 +181,15 @@ async def _drain(conversation_id: uuid.UUID) -> None:
                     continue
                 return
             message, conversation = claimed
+            _nothing_between.discard(conversation_id)
             try:
                 await _answer_burst(conversation, message)
+                if (
+                    conversation_id in _nothing_between
+                    and conversation_id not in _pending
+                    and not _claimed.get(conversation_id)
+                ):
+                    return  # nothing can be waiting: see _nothing_between
             except Exception:  # the task edge: log it, tell the shopper, go on with the next message
                 log.exception("answering message %s of %s failed", message.seq, conversation_id)
                 await events.publish(
@@ -189,6 +201,7 @@ async def _drain(conversation_id: uuid.UUID) -> None:
                     },
                 )
     finally:
+        _nothing_between.discard(conversation_id)
         if _running.get(conversation_id) is asyncio.current_task():
             del _running[conversation_id]
 
@@ -324,6 +337,7 @@ async def answer_message(
     and ends with ``stream.end`` ``cut: true`` (no ``error`` frame, no handoff).
     """
     cid = conversation.id
+    _nothing_between.discard(cid)  # set again below by this answer's own row, when it is so
     if conversation.status == ConversationStatus.AGENT:
         # An agent holds the conversation: the bot stays silent, and the message is theirs.
         await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
@@ -357,6 +371,8 @@ async def answer_message(
     except BaseException:
         await answer.close()
         raise
+    if bot.seq == message.seq + 1:
+        _nothing_between.add(cid)
     # From here on the answer always ends: whatever fails, the row is finished (cut when it is)
     # and stream.end published; if this process dies instead, the lease it renews while streaming
     # runs out and a live process's sweep finishes it (chat.sweeper).
@@ -452,8 +468,8 @@ async def _record(
 
 async def _answer_fixed(conversation: Conversation, message: Message, answer: router.Answer, text: str) -> bool:
     """The answer's whole ``text`` is known (FAQ, cache, decline, handoff): store it done in one
-    write (``services.bot_message_answered``) and send it as one event (``stream.start``, one
-    delta, ``stream.end``: ``events.publish_answer``). No streaming row, lease, fence or stream
+    write (``services.bot_message_answered``) and send it as one event (``stream.start``, its
+    ~40-code-point deltas, ``stream.end``: ``events.publish_answer``). No streaming row, lease, fence or stream
     buffer: nothing is shown before the row is stored, and a take-over that committed first makes
     the write refuse (the bot stays silent). ``ttft_ms`` and ``latency_ms`` are from the message
     being stored to the moment the text was ready, just before its write. Returns False (no
@@ -469,6 +485,8 @@ async def _answer_fixed(conversation: Conversation, message: Message, answer: ro
     except errors.AgentHolds:  # taken over since the message was claimed: the bot stays silent
         await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
         return False
+    if bot.seq == message.seq + 1:
+        _nothing_between.add(cid)
     await events.publish_answer(cid, bot, epoch=epoch)
     await _answered(conversation, message, answer, cut=False)
     return False

@@ -94,24 +94,40 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
     """Claim the oldest shopper message the bot has not answered yet, or None when there is none.
 
     The claim is a compare-and-set on ``Conversation.answered_seq``, so two answering loops (in
-    two workers) never answer the same message.
+    two workers) never answer the same message. Two statements in SQL (one when there is nothing
+    to claim), not three ORM queries: this runs after every answer. The first reads the message
+    and the ``answered_seq`` it follows in one join; the second moves ``answered_seq`` only if it
+    is still that value (``UPDATE ... RETURNING``, SQLite >= 3.35, PostgreSQL), else the loop
+    reads again. The conversation returned carries ``id``, ``status``, ``locale``,
+    ``answered_seq`` and ``last_seq`` (what answering reads), as ``message_receive``'s claim does.
     """
+    conv_table = connection.ops.quote_name(Conversation._meta.db_table)
+    msg_table = connection.ops.quote_name(Message._meta.db_table)
+    columns = ", ".join(f"m.{connection.ops.quote_name(str(f.column))}" for f in Message._meta.concrete_fields)
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
     while True:
-        conv = Conversation.objects.filter(pk=conversation_id).first()
-        if conv is None:
-            return None
-        msg = (
-            Message.objects.filter(conversation_id=conversation_id, role=Role.SHOPPER, seq__gt=conv.answered_seq)
-            .order_by("seq")
-            .first()
+        rows = list(
+            Message.objects.raw(
+                f"SELECT {columns}, c.answered_seq AS claimed_after FROM {conv_table} c "
+                f"JOIN {msg_table} m ON m.conversation_id = c.id "
+                "WHERE c.id = %s AND m.role = %s AND m.seq > c.answered_seq ORDER BY m.seq LIMIT 1",
+                [pk, Role.SHOPPER.value],
+            )
         )
-        if msg is None:
+        if not rows:
             return None
-        won = Conversation.objects.filter(pk=conversation_id, answered_seq=conv.answered_seq).update(
-            answered_seq=msg.seq, claim_until=_claim_deadline()
-        )
-        if won:
-            conv.answered_seq = msg.seq
+        msg = rows[0]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {conv_table} SET answered_seq = %s, claim_until = %s WHERE id = %s AND answered_seq = %s "
+                "RETURNING status, locale, last_seq",
+                [msg.seq, _claim_deadline_db(), pk, msg.claimed_after],  # type: ignore[attr-defined]
+            )
+            won = cursor.fetchone()
+        if won is not None:
+            conv = Conversation(
+                id=conversation_id, status=won[0], locale=won[1], answered_seq=msg.seq, last_seq=int(won[2])
+            )
             return msg, conv
 
 

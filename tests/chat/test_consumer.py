@@ -326,6 +326,50 @@ async def test_burst_of_messages_gets_every_ack_and_answer_in_order(make_client,
     assert sum(m.role == "bot" for m in rows) == sum(m.role == "shopper" for m in rows) == len(questions)
 
 
+async def test_an_answer_with_nothing_after_its_question_ends_the_loop_without_a_claim(make_client, faq, monkeypatch):
+    """A question asked when the bot is idle is claimed as it is stored; once its answer took the
+    next seq, nothing can be waiting, and the answering loop ends without asking the database
+    (``answer_claim``). Three questions one after the other: three answers, no claim query."""
+    from chat import services
+
+    claims: list[object] = []
+    original = services.answer_claim
+
+    def counted(**kwargs: object) -> object:
+        claims.append(kwargs)
+        return original(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(services, "answer_claim", counted)
+    shopper = await make_client()
+    await shopper.hello()
+    for q in ["how long does delivery take?", "can I pay with paypal?", "what is your return policy?"]:
+        await shopper.say(q)
+        assert (await shopper.until("stream.end"))[-1]["route"] == "faq"
+        await wait_until_idle(shopper.conversation)
+    assert claims == []
+    rows = await stored(shopper.conversation)
+    assert [(m.role, m.seq) for m in rows] == [
+        ("shopper", 1),
+        ("bot", 2),
+        ("shopper", 3),
+        ("bot", 4),
+        ("shopper", 5),
+        ("bot", 6),
+    ]
+
+
+async def wait_until_idle(conversation_id: str, timeout: float = 20) -> None:
+    import asyncio
+    import time
+
+    from chat import answering
+
+    deadline = time.monotonic() + timeout
+    while not answering.is_idle(uuid.UUID(conversation_id)):
+        assert time.monotonic() < deadline, "the answering loop did not end"
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -93,3 +93,44 @@ def test_a_fixed_answer_to_a_conversation_an_agent_holds_writes_nothing() -> Non
     conv.refresh_from_db()
     assert conv.last_seq == 1 and conv.claim_until is not None
     assert list(Message.objects.filter(conversation=conv).values_list("role", flat=True)) == [Role.SHOPPER]
+
+
+def test_the_claim_returns_what_answering_reads() -> None:
+    conv, _ = services.conversation_start(locale="zh")
+    services.message_receive(conversation_id=conv.id, client_id="c1", text="运费多少？", claim=False)
+    claimed = services.answer_claim(conversation_id=conv.id)
+    assert claimed is not None
+    message, conversation = claimed
+    assert (message.text, message.seq, message.role) == ("运费多少？", 1, Role.SHOPPER)
+    assert (conversation.id, conversation.status, conversation.locale) == (conv.id, ConversationStatus.BOT, "zh")
+    assert (conversation.answered_seq, conversation.last_seq) == (1, 1)
+    assert Conversation.objects.get(pk=conv.pk).claim_until is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_loops_claiming_at_once_claim_every_message_once() -> None:
+    import threading
+
+    from django.db import connection
+
+    conv, _ = services.conversation_start()
+    for i in range(12):
+        services.message_receive(conversation_id=conv.id, client_id=f"c{i}", text=f"question {i}", claim=False)
+    claimed: list[list[int]] = [[], []]
+    start = threading.Barrier(2)
+
+    def loop(mine: list[int]) -> None:
+        try:
+            start.wait()
+            while (got := services.answer_claim(conversation_id=conv.id)) is not None:
+                mine.append(got[0].seq)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=loop, args=(c,)) for c in claimed]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(claimed[0] + claimed[1]) == list(range(1, 13))
+    assert claimed[0] == sorted(claimed[0]) and claimed[1] == sorted(claimed[1])

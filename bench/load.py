@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from fake_openai import Behaviour, FakeOpenAI  # noqa: E402
-from soak import PRODUCT_QUESTIONS, Worker, free_port  # noqa: E402
+from soak import PRODUCT_QUESTIONS, SERVERS, Worker, free_port  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -87,6 +87,23 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (/proc/PID/stat fields 14 and 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (a server's supervisor and its worker processes)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children[int(fields[1])].append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
 
 
 def rss_bytes(pid: int) -> int:
@@ -180,7 +197,7 @@ class Load:
             "PYTHONUNBUFFERED": "1",
         }
         self.redis: subprocess.Popen[bytes] | None = None
-        self.workers = [Worker(self.env, self.tmp / f"worker-{i}.log") for i in range(args.workers)]
+        self.workers = [Worker(self.env, self.tmp / f"worker-{i}.log", args.server) for i in range(args.workers)]
 
     def manage(self, *args: str) -> None:
         done = subprocess.run(
@@ -215,7 +232,8 @@ class Load:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def pids(self) -> list[int]:
-        return [w.proc.pid for w in self.workers if w.proc is not None]
+        """The server processes: each worker's process and its descendants."""
+        return [p for w in self.workers if w.proc is not None for p in process_tree(w.proc.pid)]
 
     async def chat(self) -> dict[str, object]:
         args = self.args
@@ -241,6 +259,7 @@ class Load:
         return {
             "shoppers": args.shoppers,
             "workers": args.workers,
+            "server": args.server,
             "mix": args.mix,
             "answers_per_s": stats.answers / elapsed,
             "cpu_ms_per_answer": cpu * 1000 / max(1, stats.answers),
@@ -296,6 +315,7 @@ class Load:
         return {
             "idle_sockets": args.idle,
             "workers": args.workers,
+            "server": args.server,
             "kb_per_socket": (rss1 - rss0) / 1024 / args.idle,
             "core_share": cpu / args.seconds,
         }
@@ -303,7 +323,7 @@ class Load:
 
 def print_chat(r: dict[str, object]) -> None:
     print(
-        f"{r['shoppers']} shoppers, {r['workers']} worker(s), mix {r['mix']}: {r['answers_per_s']:.1f} answers/s, "
+        f"{r['shoppers']} shoppers, {r['workers']} {r['server']} worker(s), mix {r['mix']}: {r['answers_per_s']:.1f} answers/s, "
         f"{r['cpu_ms_per_answer']:.1f} ms server CPU per answer ({r['server_cores']:.2f} cores), "
         f"{r['frames_per_s']:.0f} frames/s, errors {r['errors']}, lost {r['lost']}, duplicated {r['duplicated']}"
     )
@@ -327,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", choices=["all", "faq", "oos", "remote"], default="all")
     parser.add_argument("--ttft-ms", type=float, default=300.0)
     parser.add_argument("--token-ms", type=float, default=20.0)
+    parser.add_argument("--server", choices=sorted(SERVERS), default="daphne", help="the ASGI server of each worker")
     parser.add_argument("--idle", type=int, default=0, help="open this many idle sockets instead of chatting")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")

@@ -75,11 +75,25 @@ def p99(values: list[float]) -> float | None:
     return statistics.quantiles(values, n=100)[98]
 
 
-class Worker:
-    """One Daphne process of kefu."""
+# The ASGI servers a worker can run under (``{port}`` filled in), for bench/load.py's ``--server``.
+# Each serves the same Channels application on one process (Gunicorn and Granian: one worker under
+# their own supervisor). Only Daphne is a project dependency; the others are installed for the
+# comparison (``pip install "uvicorn[standard]" granian gunicorn``).
+SERVERS = {
+    "daphne": ["daphne", "-b", "127.0.0.1", "-p", "{port}", "config.asgi:application"],
+    "uvicorn": ["uvicorn", "--host", "127.0.0.1", "--port", "{port}", "--loop", "uvloop", "--http", "httptools",
+                "--ws", "websockets", "--lifespan", "off", "--no-access-log", "config.asgi:application"],
+    "granian": ["granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", "{port}", "--loop", "uvloop",
+                "--workers", "1", "--no-access-log", "config.asgi:application"],
+    "gunicorn": ["gunicorn", "-k", "asgi", "-w", "1", "-b", "127.0.0.1:{port}", "config.asgi:application"],
+}  # fmt: skip
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log, self.port = env, log, free_port()
+
+class Worker:
+    """One kefu web process under an ASGI server of ``SERVERS`` (Daphne by default)."""
+
+    def __init__(self, env: dict[str, str], log: Path, server: str = "daphne") -> None:
+        self.env, self.log, self.port, self.server = env, log, free_port(), server
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -91,9 +105,10 @@ class Worker:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        cmd = SERVERS[self.server]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(ROOT / ".venv/bin/daphne"), "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
+                [str(ROOT / ".venv/bin" / cmd[0]), *(a.format(port=self.port) for a in cmd[1:])],
                 cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 

@@ -31,7 +31,8 @@ class CacheConfig:
     candidates with different answers are both refused (>= 0). ``index_refresh_s``: how stale a
     scope's index may be about other workers' new entries, seconds (>= 0; the setting is
     ``KEFU_CACHE_INDEX_REFRESH_MS`` in ms). ``local_max_entries``: bound of the in-process exact
-    store (> 0). ``redis_timeout_ms``: the Redis exact store's socket timeout, ms (> 0).
+    store (> 0). ``hot_max_entries``: bound of the in-process layer of exact hits in front of Redis
+    (``cache_layer.hot``; 0: no layer). ``redis_timeout_ms``: the Redis exact store's socket timeout, ms (> 0).
     ``audit_rate``: share of semantic hits re-answered (0..1). ``audit_same_cosine``: answer
     cosine at or above which an audit says ``same`` (-1..1). ``embed_batch_max`` (>= 1) and
     ``embed_batch_wait_ms`` (>= 0): the embedding batcher's bounds.
@@ -48,6 +49,7 @@ class CacheConfig:
     ambiguity_margin: float
     index_refresh_s: float
     local_max_entries: int
+    hot_max_entries: int
     redis_timeout_ms: float
     audit_rate: float
     audit_same_cosine: float
@@ -70,6 +72,7 @@ class CacheConfig:
             ambiguity_margin=float(settings.KEFU_CACHE_AMBIGUITY_MARGIN),
             index_refresh_s=float(settings.KEFU_CACHE_INDEX_REFRESH_MS) / 1000,
             local_max_entries=int(settings.KEFU_CACHE_LOCAL_MAX_ENTRIES),
+            hot_max_entries=int(settings.KEFU_CACHE_HOT_MAX_ENTRIES),
             redis_timeout_ms=float(settings.KEFU_CACHE_REDIS_TIMEOUT_MS),
             audit_rate=float(settings.KEFU_CACHE_AUDIT_RATE),
             audit_same_cosine=float(settings.KEFU_CACHE_AUDIT_SAME_COSINE),
@@ -96,6 +99,7 @@ class CacheConfig:
             ("KEFU_CACHE_AMBIGUITY_MARGIN", self.ambiguity_margin >= 0.0, "0 or more"),
             ("KEFU_CACHE_INDEX_REFRESH_MS", self.index_refresh_s >= 0.0, "0 or more milliseconds"),
             ("KEFU_CACHE_LOCAL_MAX_ENTRIES", self.local_max_entries > 0, "a positive number"),
+            ("KEFU_CACHE_HOT_MAX_ENTRIES", self.hot_max_entries >= 0, "0 (off) or a positive number"),
             ("KEFU_CACHE_REDIS_TIMEOUT_MS", self.redis_timeout_ms > 0.0, "a positive number of milliseconds"),
             ("KEFU_CACHE_AUDIT_RATE", 0.0 <= self.audit_rate <= 1.0, "a share in 0..1"),
             ("KEFU_CACHE_AUDIT_SAME_COSINE", -1.0 <= self.audit_same_cosine <= 1.0, "a cosine in -1..1"),

@@ -18,6 +18,10 @@ Two backends behind one small protocol, chosen by ``settings.REDIS_URL``:
   the same absolute expiry; the least recently used entry goes first when it is full
   (``KEFU_CACHE_LOCAL_MAX_ENTRIES``).
 
+The Redis backend announces every key it sets, replaces or deletes, and every purge, on the
+pub/sub channel :data:`CHANNEL` in the same pipeline: each process's hot layer
+(:mod:`cache_layer.hot`, confirmed hits in memory in front of this store) drops them at once.
+
 Errors: the Redis backend raises ``redis.exceptions.RedisError`` (connection refused, timeout
 after ``KEFU_CACHE_REDIS_TIMEOUT_MS``); callers in ``services`` log it and fall back to the database.
 """
@@ -30,7 +34,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Protocol, TypedDict
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from django.conf import settings
 
@@ -39,6 +43,10 @@ from lib.redis_conn import redis_options
 from .config import cache_config
 
 DEFAULT_PREFIX = "kefu:cache:exact"
+#: The pub/sub channel on which the Redis store announces every key it sets, replaces or deletes
+#: and every purge (``cache_layer.hot``): ``{"keys": [[scope, key_hash], ...]}`` or
+#: ``{"purge": scope}`` (``null``: every scope), JSON.
+CHANNEL = "kefu:cache:exact:changes"
 
 
 class ExactEntry(TypedDict):
@@ -53,6 +61,8 @@ class ExactEntry(TypedDict):
     model: str
     question: str
     created_at: str
+    # The row's expires_at as ISO 8601 (entries written before it existed lack it).
+    expires_at: NotRequired[str]
 
 
 class ExactStore(Protocol):
@@ -162,6 +172,9 @@ class RedisExactStore:
         import redis
 
         self.prefix = prefix.rstrip(":")
+        self.url = url
+        # Stores under another prefix (tests) announce on their own channel.
+        self.channel = CHANNEL if self.prefix == DEFAULT_PREFIX else f"{CHANNEL}:{self.prefix}"
         # A dead pooled connection is replaced and the command sent once more; a timeout is not
         # retried (the database answers instead, within the lookup's budget).
         self._redis = redis.Redis.from_url(
@@ -186,18 +199,31 @@ class RedisExactStore:
         entry: ExactEntry = json.loads(raw)
         return entry
 
+    def _announce(self, pipe: Any, message: dict[str, Any]) -> None:
+        pipe.publish(self.channel, json.dumps(message, ensure_ascii=False))
+
     def set(self, scope: str, key_hash: str, payload: ExactEntry, ttl_s: float) -> None:
+        """Set (or, ``ttl_s <= 0``, delete) the key and announce it on :data:`CHANNEL`, in one
+        pipeline: other processes' hot layers drop what they held for it."""
         ttl_ms = int(ttl_s * 1000)
+        pipe = self._redis.pipeline(transaction=False)
         if ttl_ms <= 0:
-            self._redis.delete(self.key(scope, key_hash))
-            return
-        self._redis.set(self.key(scope, key_hash), json.dumps(payload, ensure_ascii=False), px=ttl_ms)
+            pipe.delete(self.key(scope, key_hash))
+        else:
+            pipe.set(self.key(scope, key_hash), json.dumps(payload, ensure_ascii=False), px=ttl_ms)
+        self._announce(pipe, {"keys": [[scope, key_hash]]})
+        pipe.execute()
 
     def delete(self, keys: Iterable[tuple[str, str]]) -> int:
-        names = [self.key(s, h) for s, h in keys]
+        """Delete the keys and announce them on :data:`CHANNEL` (500 a pipeline)."""
+        pairs = list(keys)
         n = 0
-        for i in range(0, len(names), self._DELETE_CHUNK):
-            n += int(self._redis.delete(*names[i : i + self._DELETE_CHUNK]))
+        for i in range(0, len(pairs), self._DELETE_CHUNK):
+            chunk = pairs[i : i + self._DELETE_CHUNK]
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.delete(*(self.key(s, h) for s, h in chunk))
+            self._announce(pipe, {"keys": [list(p) for p in chunk]})
+            n += int(pipe.execute()[0])
         return n
 
     def purge(self, scope: str | None = None) -> int:
@@ -211,6 +237,7 @@ class RedisExactStore:
                 batch.clear()
         if batch:
             n += int(self._redis.unlink(*batch))
+        self._redis.publish(self.channel, json.dumps({"purge": scope}, ensure_ascii=False))
         return n
 
     def ttl_ms(self, scope: str, key_hash: str) -> int:

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Case, DateTimeField, F, IntegerField, Value, When
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -41,6 +41,7 @@ from . import vector_index
 from .config import cache_config
 from .embeddings import get_embedder
 from .exact_store import ExactEntry, get_exact_store
+from .hot import HotExact, current_hot_layer, get_hot_layer
 from .intent_model import get_intent_model
 from .models import CacheChange, CachedAnswer, CachedAnswerGround
 from .normalise import exact_key_text
@@ -123,7 +124,9 @@ def _exact_get(scope: str, key_hash: str) -> ExactEntry | None:
 
 
 def _exact_set(scope: str, key_hash: str, payload: ExactEntry, *, expires_at: datetime, now: datetime) -> None:
-    """Put ``payload`` in the exact store until the row's ``expires_at`` (absolute, not now + TTL)."""
+    """Put ``payload`` in the exact store until the row's ``expires_at`` (absolute, not now + TTL;
+    kept in the payload too, for the hot layer)."""
+    payload = {**payload, "expires_at": expires_at.isoformat()}
     try:
         get_exact_store().set(scope, key_hash, payload, (expires_at - now).total_seconds())
     except RedisError as e:
@@ -157,11 +160,63 @@ def _record_exact_hit(entry: ExactEntry, now: datetime) -> bool:
     return n == 1
 
 
-def _exact_store_hit(*, scope: str, key_hash: str, now: datetime) -> CacheHit | None:
-    """Exact hit from the exact store, confirmed against its row."""
+def _hot_put(
+    hot: HotExact | None, ticket: int | None, scope: str, key_hash: str, entry: ExactEntry, now: datetime
+) -> None:
+    """Keep a hit just confirmed against its row in the hot layer, for the row's remaining life."""
+    if hot is not None and "expires_at" in entry:
+        ttl_s = (datetime.fromisoformat(entry["expires_at"]) - now).total_seconds()
+        hot.put(scope, key_hash, entry, ttl_s, ticket)
+
+
+def _hot_hit(hot: HotExact, *, scope: str, key_hash: str, now: datetime) -> CacheHit | None:
+    """Exact hit from this process's hot layer: no round trip; the hit is counted in memory and
+    written with the others every ``hot.FLUSH_S`` seconds (:func:`flush_hot_hits`)."""
+    vector_index.refresh_if_due()  # the change-log backstop for deletions whose announcement failed
+    entry = hot.get(scope, key_hash)
+    if entry is None:
+        return None
+    hot.count_hit(int(entry["id"]), now)
+    flush_hot_hits(hot)
+    return CacheHit(
+        answer=entry["answer"],
+        route=ROUTE_EXACT,
+        similarity=1.0,
+        entry_id=entry["id"],
+        model=entry["model"],
+        question=entry["question"],
+    )
+
+
+def flush_hot_hits(hot: HotExact | None = None, *, every_s: float | None = None) -> int:
+    """Write the hits the hot layer counted (``hits`` + n, ``last_hit_at``) once ``every_s``
+    seconds (``hot.FLUSH_S``) have passed since the last write: one UPDATE per 500 entries.
+    Returns the number of entries written (0: nothing due). Synchronous (ORM)."""
+    from . import hot as hot_module
+
+    hot = hot or current_hot_layer()
+    if hot is None:
+        return 0
+    due = hot.take_hits(every_s=hot_module.FLUSH_S if every_s is None else every_s)
+    items = list(due.items())
+    for i in range(0, len(items), 500):
+        chunk = items[i : i + 500]
+        CachedAnswer.objects.filter(id__in=[entry_id for entry_id, _ in chunk]).update(
+            hits=F("hits") + Case(*(When(id=e, then=Value(n)) for e, (n, _) in chunk), output_field=IntegerField()),
+            last_hit_at=Case(*(When(id=e, then=Value(t)) for e, (_, t) in chunk), output_field=DateTimeField()),
+        )
+    return len(items)
+
+
+def _exact_store_hit(
+    *, scope: str, key_hash: str, now: datetime, hot: HotExact | None = None, ticket: int | None = None
+) -> CacheHit | None:
+    """Exact hit from the exact store, confirmed against its row (then kept in the hot layer
+    when ``ticket``, taken before the read, is still current)."""
     entry = _exact_get(scope, key_hash)
     if entry is not None:
         if _record_exact_hit(entry, now):
+            _hot_put(hot, ticket, scope, key_hash, entry, now)
             return CacheHit(
                 answer=entry["answer"],
                 route=ROUTE_EXACT,
@@ -203,8 +258,10 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
 
     1. The question must pass :func:`~cache_layer.policy.may_cache_question` (no personal data,
        not a follow-up), else ``None`` without touching the store.
-    2. Exact: same scope and same :func:`exact_key_text`, not expired: the exact store first
-       (checked against its row when the hit is recorded), then the database.
+    2. Exact: same scope and same :func:`exact_key_text`, not expired: this process's hot layer
+       first (``cache_layer.hot``: hits confirmed earlier, invalidated through Redis; counted in
+       memory), then the exact store (checked against its row when the hit is recorded), then
+       the database.
     3. Semantic: ``embedding`` (shape ``(dim,)``, unit norm, the same embedder and the same text
        normalisation as at :func:`store`; computed from ``question`` when ``None``) against the
        scope's vectors; the ``KEFU_CACHE_SEMANTIC_CANDIDATES`` nearest are judged by
@@ -225,7 +282,13 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         return None
     now = timezone.now()
     key_hash = _key_hash(key)
-    exact = _exact_store_hit(scope=scope, key_hash=key_hash, now=now)
+    hot, ticket = get_hot_layer(), None
+    if hot is not None:
+        exact = _hot_hit(hot, scope=scope, key_hash=key_hash, now=now)
+        if exact is not None:
+            return exact
+        ticket = hot.ticket()
+    exact = _exact_store_hit(scope=scope, key_hash=key_hash, now=now, hot=hot, ticket=ticket)
     if exact is not None:
         return exact
     idx = vector_index.scope_index(scope)

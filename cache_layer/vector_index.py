@@ -52,6 +52,7 @@ from django.db import close_old_connections, connection
 from django.db.models import Max, Q
 
 from .config import cache_config
+from .hot import current_hot_layer
 from .models import CacheChange, CachedAnswer
 
 log = logging.getLogger(__name__)
@@ -446,6 +447,14 @@ def scope_index(scope: str) -> ScopeIndex:
     return idx
 
 
+def refresh_if_due() -> None:
+    """:func:`refresh` when the last was more than ``KEFU_CACHE_INDEX_REFRESH_MS`` ago (one time
+    comparison otherwise). Synchronous (ORM)."""
+    now = time.monotonic()
+    if now - _cursor.checked_at >= cache_config().index_refresh_s:
+        refresh(now=now)
+
+
 def _load_rows(scope: str, *, limit: int | None = None) -> list[Row]:
     qs = CachedAnswer.objects.filter(scope=scope, embedding__isnull=False).order_by("id").values_list(*_INDEX_COLUMNS)
     return list(qs[:limit] if limit is not None else qs.iterator(chunk_size=5000))
@@ -589,6 +598,7 @@ def refresh(*, now: float | None = None) -> int:
             _cursor.checked_at = -math.inf  # more to read: the next lookup reads on
         _advance(changes, now)
         _cursor.read_at = now
+        _drop_from_hot_layer(changes)
         wanted = [c for c in changes if c[1] in _indexes or c[1] in _loading]
         _stats["changes"] += len(wanted)
         added = [int(c[2]) for c in wanted if c[3] == CacheChange.Kind.ADD and c[2] is not None]
@@ -610,6 +620,21 @@ def refresh(*, now: float | None = None) -> int:
         return len(changes)
     finally:
         _apply_lock.release()
+
+
+def _drop_from_hot_layer(changes: Sequence[tuple[int, str, int | None, str]]) -> None:
+    """The backstop of ``cache_layer.hot``: deletions and purges in the change log drop their
+    entries from the hot layer too, whatever scopes this process has indexed (an announcement
+    through Redis may have failed)."""
+    hot = current_hot_layer()
+    if hot is None:
+        return
+    deleted = [int(c[2]) for c in changes if c[3] == CacheChange.Kind.DELETE and c[2] is not None]
+    if deleted:
+        hot.drop_ids(deleted)
+    for c in changes:
+        if c[3] == CacheChange.Kind.PURGE:
+            hot.drop_scope(c[1])
 
 
 def _advance(changes: Sequence[tuple[int, str, int | None, str]], now: float) -> None:

@@ -354,6 +354,9 @@ KEFU_CACHE_AMBIGUITY_MARGIN = _env("float", "KEFU_CACHE_AMBIGUITY_MARGIN", defau
 KEFU_CACHE_INDEX_REFRESH_MS = _env("float", "KEFU_CACHE_INDEX_REFRESH_MS", default=5000.0)
 # Exact store (cache_layer/exact_store.py): Redis when REDIS_URL is set, else this process's memory.
 KEFU_CACHE_LOCAL_MAX_ENTRIES = _env("int", "KEFU_CACHE_LOCAL_MAX_ENTRIES", default=20_000)
+# With REDIS_URL: confirmed exact hits kept in each process's memory, invalidated through Redis
+# pub/sub (cache_layer/hot.py); 0 turns the layer off.
+KEFU_CACHE_HOT_MAX_ENTRIES = _env("int", "KEFU_CACHE_HOT_MAX_ENTRIES", default=10_000)
 KEFU_CACHE_REDIS_TIMEOUT_MS = _env("float", "KEFU_CACHE_REDIS_TIMEOUT_MS", default=250.0)
 # Follow-ups are rewritten into a standalone question before the cache is asked (routing/rewrite.py):
 # the rewrite's whole wall-clock budget, seconds.

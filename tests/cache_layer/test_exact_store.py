@@ -245,8 +245,11 @@ def test_backend_follows_redis_url(settings: Any, redis_url: str) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_stored_answer_is_served_from_redis_with_one_query(
-    worker_a: RedisExactStore, django_assert_num_queries: Any
+    worker_a: RedisExactStore, django_assert_num_queries: Any, settings: Any
 ) -> None:
+    # The Redis layer alone (the hot layer in front of it, and its change-log cursor read once a
+    # process, are tests/cache_layer/test_hot_layer.py's).
+    settings.KEFU_CACHE_HOT_MAX_ENTRIES = 0
     assert put("Do you ship to Canada?", "Yes, in 5-7 days.")
     row = CachedAnswer.objects.get()
     got = worker_a.get(SCOPE, kh("Do you ship to Canada?"))
@@ -277,8 +280,9 @@ def test_key_lives_until_the_rows_expiry_and_hits_do_not_extend_it(worker_a: Red
 
 @pytest.mark.django_db(transaction=True)
 def test_another_worker_serves_an_entry_stored_by_this_one(
-    worker_a: RedisExactStore, worker_b: RedisExactStore, django_assert_num_queries: Any
+    worker_a: RedisExactStore, worker_b: RedisExactStore, django_assert_num_queries: Any, settings: Any
 ) -> None:
+    settings.KEFU_CACHE_HOT_MAX_ENTRIES = 0  # the Redis layer alone, as above
     assert put("What is your return policy?", "30 days.")
     set_exact_store(worker_b)
     with django_assert_num_queries(1):

@@ -188,6 +188,10 @@ class FakeOpenAI:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._stopped: asyncio.Event | None = None
+        # Benchmarks set a list here: every content chunk written appends (the request's last
+        # message text, the code points of the answer written so far, time.monotonic() just
+        # after the write). Written from the server's thread; None (the default) records nothing.
+        self.chunk_log: list[tuple[str, int, float]] | None = None
 
     # ----------------------------------------------------------------- public API
 
@@ -408,6 +412,7 @@ class FakeOpenAI:
             }
 
         await _send(response, chunk({"role": "assistant", "content": "", "refusal": None}))
+        written = 0
         for index, piece in enumerate(pieces):
             if index == behaviour.drop_after_chunks:
                 _abort(request)
@@ -427,6 +432,11 @@ class FakeOpenAI:
                 response,
                 chunk({"content": piece}, behaviour.finish_reason if last else None),
             )
+            if self.chunk_log is not None:
+                written += len(piece)
+                self.chunk_log.append(
+                    (_content_text(messages[-1].get("content")) if messages else "", written, time.monotonic())
+                )
         count = len(pieces)
         if behaviour.drop_after_chunks is not None and behaviour.drop_after_chunks >= count:
             _abort(request)

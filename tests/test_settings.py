@@ -41,3 +41,33 @@ def test_an_answer_lease_too_short_to_renew_is_refused():
     assert result.returncode != 0
     assert "KEFU_ANSWER_LEASE_S=1 is too short" in result.stderr
     assert check(KEFU_ANSWER_LEASE_S="3").returncode == 0
+
+
+def native_pools(**env: str) -> subprocess.CompletedProcess[str]:
+    """Import kefu's config the way every entry point does, then numpy and faiss, and report the
+    thread pools of the native libraries they loaded (threadpoolctl)."""
+    full = {
+        k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    code = (
+        "import config, numpy, faiss, threadpoolctl; numpy.ones((64, 64)) @ numpy.ones((64, 64)); "
+        "print(sorted({p['num_threads'] for p in threadpoolctl.threadpool_info()}))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**full, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_native_math_libraries_get_one_thread_unless_told_otherwise():
+    """Their spinning pools took the cores from a second worker (lib/native_threads.py)."""
+    one = native_pools()
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.strip() == "[1]"
+    two = native_pools(KEFU_NATIVE_THREADS="2")
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.strip() == "[2]"
+    operator = native_pools(OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")  # the operator's own choice stands
+    assert operator.returncode == 0, operator.stderr
+    assert operator.stdout.strip() == "[2]"
+    bad = native_pools(KEFU_NATIVE_THREADS="many")
+    assert bad.returncode != 0 and "KEFU_NATIVE_THREADS='many' must be a positive integer" in bad.stderr

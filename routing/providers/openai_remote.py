@@ -44,7 +44,7 @@ from typing import Any, TypeVar, cast
 
 import openai
 from openai import AsyncOpenAI, AsyncStream, Timeout, omit
-from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from lib.tokens import count_tokens
 from routing.providers import ratelimits
@@ -293,16 +293,21 @@ def _malformed(message: str, *, after_first_token: bool) -> ProviderError:
     return ProviderError(message, code="malformed", permanent=False, after_first_token=after_first_token)
 
 
-def _read_chunk(chunk: ChatCompletionChunk, *, after_first_token: bool) -> _ChunkView:
-    """Extract text, finish reason, usage and model from a chunk.
+def _read_chunk(chunk: object, *, after_first_token: bool) -> _ChunkView:
+    """Extract text, finish reason, usage and model from a chunk: the JSON object of one server-sent
+    event, as the SDK decoded it (``AsyncStream[object]``: no pydantic model is built per chunk;
+    building ``ChatCompletionChunk`` models was 37% of a worker's CPU at 64 concurrent streams,
+    profiled under bench/stream_gap.py).
 
     Only choice index 0 is read (we never ask for `n` > 1). A refusal is returned as text: it
     is written for the end user, and an empty answer would serve the shopper worse.
 
     Raises:
-        ProviderError: code `malformed` when the chunk's fields have the wrong types.
+        ProviderError: code `malformed` when the chunk or its fields have the wrong types.
     """
-    choices: Any = chunk.choices
+    if not isinstance(chunk, dict):
+        raise _malformed("chunk is not a JSON object", after_first_token=after_first_token)
+    choices: Any = chunk.get("choices")
     if choices is None:
         choices = []
     if not isinstance(choices, list):
@@ -310,37 +315,40 @@ def _read_chunk(chunk: ChatCompletionChunk, *, after_first_token: bool) -> _Chun
     texts: list[str] = []
     finish_reason: str | None = None
     for choice in choices:
-        if getattr(choice, "index", 0) != 0:
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
-        delta = getattr(choice, "delta", None)
-        for field in ("content", "refusal"):
-            value = getattr(delta, field, None) if delta is not None else None
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise _malformed(f"chunk delta `{field}` is not a string", after_first_token=after_first_token)
-            if value:
-                texts.append(value)
-        reason = getattr(choice, "finish_reason", None)
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            for field in ("content", "refusal"):
+                value = delta.get(field)
+                if value is None:
+                    continue
+                if not isinstance(value, str):
+                    raise _malformed(f"chunk delta `{field}` is not a string", after_first_token=after_first_token)
+                if value:
+                    texts.append(value)
+        reason = choice.get("finish_reason")
         if reason is not None:
             finish_reason = str(reason)
 
     usage: Usage | None = None
-    raw_usage: Any = chunk.usage
+    raw_usage: Any = chunk.get("usage")
     if raw_usage is not None:
-        prompt = getattr(raw_usage, "prompt_tokens", None)
-        completion = getattr(raw_usage, "completion_tokens", None)
-        details = getattr(raw_usage, "prompt_tokens_details", None)
-        cached = getattr(details, "cached_tokens", None) if details is not None else None
-        if not isinstance(prompt, int) or not isinstance(completion, int):
+        prompt = raw_usage.get("prompt_tokens") if isinstance(raw_usage, dict) else None
+        completion = raw_usage.get("completion_tokens") if isinstance(raw_usage, dict) else None
+        details = raw_usage.get("prompt_tokens_details") if isinstance(raw_usage, dict) else None
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if type(prompt) is not int or type(completion) is not int:
             raise _malformed("usage chunk without integer token counts", after_first_token=after_first_token)
         usage = Usage(
             prompt_tokens=prompt,
             completion_tokens=completion,
-            cached_prompt_tokens=cached if isinstance(cached, int) else 0,
+            cached_prompt_tokens=cached if type(cached) is int else 0,
         )
-    model = chunk.model if isinstance(chunk.model, str) and chunk.model else None
-    return _ChunkView(texts=texts, finish_reason=finish_reason, usage=usage, model=model)
+    model = chunk.get("model")
+    return _ChunkView(
+        texts=texts, finish_reason=finish_reason, usage=usage, model=model if isinstance(model, str) and model else None
+    )
 
 
 class OpenAIProvider:
@@ -391,7 +399,7 @@ class OpenAIProvider:
         usage: Usage | None = None
         finish_reason: str | None = None
         model = request.model
-        sdk_stream: AsyncStream[ChatCompletionChunk] | None = None
+        sdk_stream: AsyncStream[object] | None = None
         try:
             sdk_stream = await self._within(
                 self._create(client, request),
@@ -408,7 +416,7 @@ class OpenAIProvider:
                     after_first_token=bool(texts),
                     waiting_for=waiting_for,
                 )
-                if chunk is None:
+                if chunk is _END_OF_STREAM:
                     break
                 view = _read_chunk(chunk, after_first_token=bool(texts))
                 model = view.model or model
@@ -447,9 +455,12 @@ class OpenAIProvider:
         """The key of `ratelimits.book` for calls of `model` through this provider."""
         return (self.config.base_url or DEFAULT_BASE_URL, self.config.api_key, model)
 
-    async def _create(self, client: AsyncOpenAI, request: ChatRequest) -> AsyncStream[ChatCompletionChunk]:
+    async def _create(self, client: AsyncOpenAI, request: ChatRequest) -> AsyncStream[object]:
         """Open the stream. The response's `x-ratelimit-*` headers (of a success or of an error
-        status) go to `ratelimits.book`, so that the router holds off an exhausted upstream."""
+        status) go to `ratelimits.book`, so that the router holds off an exhausted upstream.
+        The SDK decodes the events (and raises for an error event) but hands each chunk over as
+        its JSON object: `parse(to=AsyncStream[object])`, the SDK's documented way to choose the
+        type a response is parsed into (see `_read_chunk`)."""
         key = self.upstream_key(request.model)
         try:
             raw = await self._create_raw(client, request)
@@ -457,11 +468,12 @@ class OpenAIProvider:
             ratelimits.book.observe(key, ratelimits.parse_rate_limit_headers(error.response.headers))
             raise
         ratelimits.book.observe(key, ratelimits.parse_rate_limit_headers(raw.headers))
-        return raw.parse()
+        stream: AsyncStream[object] = raw.parse(to=AsyncStream[object])
+        return stream
 
     async def _create_raw(
         self, client: AsyncOpenAI, request: ChatRequest
-    ) -> Any:  # openai's LegacyAPIResponse[AsyncStream[ChatCompletionChunk]] (a private module)
+    ) -> Any:  # openai's LegacyAPIResponse[AsyncStream[ChatCompletion chunk]] (a private module)
         max_tokens: int | None = request.max_tokens
         use_new_name = bool(_NEEDS_MAX_COMPLETION_TOKENS.match(request.model.lower()))
         # `with_raw_response`: the same call, with the response headers readable.
@@ -505,13 +517,17 @@ class OpenAIProvider:
             raise _provider_error(error, after_first_token=after_first_token) from error
 
 
-async def _next_chunk(sdk_stream: AsyncStream[ChatCompletionChunk]) -> ChatCompletionChunk | None:
-    """The next chunk, or None at the end (StopAsyncIteration may not escape into an async
-    generator: Python would turn it into a RuntimeError)."""
+_END_OF_STREAM = object()
+
+
+async def _next_chunk(sdk_stream: AsyncStream[object]) -> object:
+    """The next chunk, or ``_END_OF_STREAM`` (StopAsyncIteration may not escape into an async
+    generator: Python would turn it into a RuntimeError; a ``data: null`` event is a chunk, and
+    malformed)."""
     try:
         return await sdk_stream.__anext__()
     except StopAsyncIteration:
-        return None
+        return _END_OF_STREAM
 
 
 def _estimate_usage(messages: list[dict[str, Any]], answer: str, model: str) -> Usage:

@@ -160,6 +160,17 @@ def _record_exact_hit(entry: ExactEntry, now: datetime) -> bool:
     return n == 1
 
 
+def _exact_hit(entry: ExactEntry) -> CacheHit:
+    return CacheHit(
+        answer=entry["answer"],
+        route=ROUTE_EXACT,
+        similarity=1.0,
+        entry_id=entry["id"],
+        model=entry["model"],
+        question=entry["question"],
+    )
+
+
 def _hot_put(
     hot: HotExact | None, ticket: int | None, scope: str, key_hash: str, entry: ExactEntry, now: datetime
 ) -> None:
@@ -178,14 +189,7 @@ def _hot_hit(hot: HotExact, *, scope: str, key_hash: str, now: datetime) -> Cach
         return None
     hot.count_hit(int(entry["id"]), now)
     flush_hot_hits(hot)
-    return CacheHit(
-        answer=entry["answer"],
-        route=ROUTE_EXACT,
-        similarity=1.0,
-        entry_id=entry["id"],
-        model=entry["model"],
-        question=entry["question"],
-    )
+    return _exact_hit(entry)
 
 
 def flush_hot_hits(hot: HotExact | None = None, *, every_s: float | None = None) -> int:
@@ -217,14 +221,7 @@ def _exact_store_hit(
     if entry is not None:
         if _record_exact_hit(entry, now):
             _hot_put(hot, ticket, scope, key_hash, entry, now)
-            return CacheHit(
-                answer=entry["answer"],
-                route=ROUTE_EXACT,
-                similarity=1.0,
-                entry_id=entry["id"],
-                model=entry["model"],
-                question=entry["question"],
-            )
+            return _exact_hit(entry)
         _exact_delete([(scope, key_hash)])  # stale: deleted, replaced or expired since it was stored
     return None
 

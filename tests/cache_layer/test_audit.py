@@ -23,6 +23,7 @@ from routing.faq_model import normalise_text
 from routing.models import UpstreamCall
 from routing.providers import ratelimits
 from routing.tasks import maybe_audit
+from tests.cache_layer.entries import store_answer
 from tests.fake_openai import Behaviour
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,18 +48,7 @@ def _fresh() -> Iterator[None]:
 
 
 def put(question: str = CACHED_Q, answer: str = CACHED_A) -> int:
-    assert services.store(
-        question=question,
-        answer=answer,
-        scope=SCOPE,
-        embedding=None,
-        route="llm.simple",
-        model="fake-simple",
-        grounded_on=[],
-        prompt_version="v1",
-        cut=False,
-        locale="en",
-    )
+    assert store_answer(question, answer, scope=SCOPE, model="fake-simple")
     return CachedAnswer.objects.get(question=question).id
 
 

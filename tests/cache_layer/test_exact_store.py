@@ -19,6 +19,7 @@ from django.utils import timezone
 from cache_layer import exact_store, services, vector_index
 from cache_layer.exact_store import ExactEntry, LocalExactStore, RedisExactStore, get_exact_store, set_exact_store
 from cache_layer.models import CachedAnswer
+from tests.cache_layer.entries import store_answer
 
 SCOPE = services.scope_key(store="lantern", locale="en", tier="simple", faq_version="1", prompt_version="v1")
 OTHER_SCOPE = services.scope_key(store="lantern", locale="zh", tier="simple", faq_version="1", prompt_version="v1")
@@ -35,18 +36,7 @@ def entry(i: int = 1, answer: str = "Yes, we ship to Canada.") -> ExactEntry:
 
 
 def put(question: str, answer: str, *, scope: str = SCOPE, grounded_on: list[int] | None = None) -> bool:
-    return services.store(
-        question=question,
-        answer=answer,
-        scope=scope,
-        embedding=None,
-        route="llm.simple",
-        model="gpt-test",
-        grounded_on=grounded_on or [],
-        prompt_version="v1",
-        cut=False,
-        locale="en",
-    )
+    return store_answer(question, answer, scope=scope, grounded_on=grounded_on)
 
 
 def ask(question: str, *, scope: str = SCOPE) -> services.CacheHit | None:

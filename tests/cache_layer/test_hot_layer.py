@@ -16,6 +16,7 @@ from cache_layer import services, vector_index
 from cache_layer.exact_store import ExactEntry, RedisExactStore, set_exact_store
 from cache_layer.hot import HotExact, get_hot_layer, reset_hot_layer
 from cache_layer.models import CacheChange, CachedAnswer
+from tests.cache_layer.entries import store_answer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,18 +33,7 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 15.0
 
 
 def put(question: str = QUESTION, answer: str = ANSWER) -> None:
-    assert services.store(
-        question=question,
-        answer=answer,
-        scope=SCOPE,
-        embedding=None,
-        route="llm.simple",
-        model="gpt-test",
-        grounded_on=[],
-        prompt_version="v1",
-        cut=False,
-        locale="en",
-    )
+    assert store_answer(question, answer, scope=SCOPE)
 
 
 def ask(question: str = QUESTION) -> services.CacheHit | None:

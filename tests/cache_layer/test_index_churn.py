@@ -16,6 +16,7 @@ from django.utils import timezone
 from cache_layer import services, vector_index
 from cache_layer.embeddings import get_embedder
 from cache_layer.models import CacheChange, CachedAnswer
+from tests.cache_layer.entries import store_answer
 
 pytestmark = pytest.mark.django_db
 
@@ -42,18 +43,7 @@ def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Callable[[], None]]]:
 
 
 def put(question: str, answer: str) -> None:
-    assert services.store(
-        question=question,
-        answer=answer,
-        scope=SCOPE,
-        embedding=None,
-        route="llm.simple",
-        model="gpt-test",
-        grounded_on=[],
-        prompt_version="v1",
-        cut=False,
-        locale="en",
-    )
+    assert store_answer(question, answer, scope=SCOPE)
 
 
 def ask(question: str) -> services.CacheHit | None:

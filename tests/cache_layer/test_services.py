@@ -12,6 +12,7 @@ from cache_layer import services, vector_index
 from cache_layer.config import cache_config
 from cache_layer.embeddings import get_embedder
 from cache_layer.models import CacheChange, CachedAnswer
+from tests.cache_layer.entries import store_answer
 
 pytestmark = pytest.mark.django_db
 
@@ -27,18 +28,7 @@ def put(
     grounded_on: list[int] | None = None,
     embedding: np.ndarray | None = None,
 ) -> bool:
-    return services.store(
-        question=question,
-        answer=answer,
-        scope=scope,
-        embedding=embedding,
-        route="llm.simple",
-        model="gpt-test",
-        grounded_on=grounded_on or [],
-        prompt_version="v1",
-        cut=cut,
-        locale="en",
-    )
+    return store_answer(question, answer, scope=scope, cut=cut, grounded_on=grounded_on, embedding=embedding)
 
 
 def ask(question: str, *, scope: str = SCOPE) -> services.CacheHit | None:

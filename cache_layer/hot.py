@@ -172,9 +172,10 @@ class HotExact:
             self._hits[entry_id] += 1
             self._last_hit[entry_id] = now
 
-    def take_hits(self, *, every_s: float = FLUSH_S) -> dict[int, tuple[int, datetime]]:
+    def take_hits(self, *, every_s: float | None = None) -> dict[int, tuple[int, datetime]]:
         """The hits counted since the last take, ``{entry id: (hits, last hit)}``, once ``every_s``
-        seconds have passed since then (else ``{}``); they are forgotten here."""
+        seconds (:data:`FLUSH_S`) have passed since then (else ``{}``); they are forgotten here."""
+        every_s = FLUSH_S if every_s is None else every_s
         with self._lock:
             now = time.monotonic()
             if not self._hits or now - self._flushed_at < every_s:

@@ -196,12 +196,10 @@ def flush_hot_hits(hot: HotExact | None = None, *, every_s: float | None = None)
     """Write the hits the hot layer counted (``hits`` + n, ``last_hit_at``) once ``every_s``
     seconds (``hot.FLUSH_S``) have passed since the last write: one UPDATE per 500 entries.
     Returns the number of entries written (0: nothing due). Synchronous (ORM)."""
-    from . import hot as hot_module
-
     hot = hot or current_hot_layer()
     if hot is None:
         return 0
-    due = hot.take_hits(every_s=hot_module.FLUSH_S if every_s is None else every_s)
+    due = hot.take_hits(every_s=every_s)
     items = list(due.items())
     for i in range(0, len(items), 500):
         chunk = items[i : i + 500]

@@ -438,9 +438,7 @@ def scope_index(scope: str) -> ScopeIndex:
     applied incrementally. A scope seen for the first time is loaded here when it holds up to
     :data:`SYNC_LOAD_MAX_ROWS` rows, else in a background thread (an empty stand-in answers
     meanwhile). Synchronous (ORM)."""
-    now = time.monotonic()
-    if now - _cursor.checked_at >= cache_config().index_refresh_s:
-        refresh(now=now)
+    refresh_if_due()
     idx = _indexes.get(scope)
     if idx is None:
         idx = _open(scope)

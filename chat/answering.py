@@ -181,7 +181,6 @@ async def _drain(conversation_id: uuid.UUID) -> None:
                     continue
                 return
             message, conversation = claimed
-            _nothing_between.discard(conversation_id)
             try:
                 await _answer_burst(conversation, message)
                 if (

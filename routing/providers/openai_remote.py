@@ -334,16 +334,16 @@ def _read_chunk(chunk: object, *, after_first_token: bool) -> _ChunkView:
     usage: Usage | None = None
     raw_usage: Any = chunk.get("usage")
     if raw_usage is not None:
-        prompt = raw_usage.get("prompt_tokens") if isinstance(raw_usage, dict) else None
-        completion = raw_usage.get("completion_tokens") if isinstance(raw_usage, dict) else None
-        details = raw_usage.get("prompt_tokens_details") if isinstance(raw_usage, dict) else None
+        counts = raw_usage if isinstance(raw_usage, dict) else {}
+        prompt, completion = counts.get("prompt_tokens"), counts.get("completion_tokens")
+        details = counts.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        if type(prompt) is not int or type(completion) is not int:
+        if not isinstance(prompt, int) or not isinstance(completion, int):
             raise _malformed("usage chunk without integer token counts", after_first_token=after_first_token)
         usage = Usage(
             prompt_tokens=prompt,
             completion_tokens=completion,
-            cached_prompt_tokens=cached if type(cached) is int else 0,
+            cached_prompt_tokens=cached if isinstance(cached, int) else 0,
         )
     model = chunk.get("model")
     return _ChunkView(
@@ -473,7 +473,7 @@ class OpenAIProvider:
 
     async def _create_raw(
         self, client: AsyncOpenAI, request: ChatRequest
-    ) -> Any:  # openai's LegacyAPIResponse[AsyncStream[ChatCompletion chunk]] (a private module)
+    ) -> Any:  # openai's LegacyAPIResponse (a private module)
         max_tokens: int | None = request.max_tokens
         use_new_name = bool(_NEEDS_MAX_COMPLETION_TOKENS.match(request.model.lower()))
         # `with_raw_response`: the same call, with the response headers readable.

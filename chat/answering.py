@@ -225,6 +225,13 @@ async def _answer_burst(conversation: Conversation, message: Message) -> None:
         question.text = "\n".join(m.text for m in fragments)
 
 
+def keep_upstreams_warm() -> None:
+    """Keep this process's connections to the remote tiers' upstreams open while no answer uses
+    them (``routing.services.router_keep_upstreams_warm``), so a quiet store's next remote answer
+    pays no new handshake. Call on the server's event loop (a socket connecting); idempotent."""
+    router.router_keep_upstreams_warm()
+
+
 def prepare(*, text: str, locale: str) -> None:
     """As a shopper message arrives, before it is stored: let the router start classifying it
     (``routing.services.answer_prepare``). ``locale``: the conversation's."""

@@ -307,6 +307,12 @@ _TIER_DEFAULTS = {
 KEFU_LLM_CONNECT_TIMEOUT_S = _env("float", "KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
 KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = _env("float", "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
 KEFU_LLM_TOTAL_TIMEOUT_S = _env("float", "KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
+# Upstream connections (routing/providers/openai_remote.py, bench/upstream_conn.py): how long an
+# idle pooled connection is kept (s), how often an idle upstream gets a free request that keeps
+# it open (s; 0 = never), and whether HTTP/2 is offered (over TLS; HTTP/1.1 upstreams unchanged).
+KEFU_UPSTREAM_KEEPALIVE_S = _env("float", "KEFU_UPSTREAM_KEEPALIVE_S", default=90.0)
+KEFU_UPSTREAM_KEEPWARM_S = _env("float", "KEFU_UPSTREAM_KEEPWARM_S", default=30.0)
+KEFU_UPSTREAM_HTTP2 = _env("bool", "KEFU_UPSTREAM_HTTP2", default=False)
 KEFU_TIERS = {
     tier: {
         "model": env.str(f"KEFU_{tier.upper()}_MODEL", default=model),

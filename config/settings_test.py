@@ -25,6 +25,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # test ended and write to the database while the next test sets up. Their own tests switch them on.
 KEFU_CACHE_AUDIT_RATE = 0.0
 KEFU_SUMMARY_MIN_TURNS = 0
+# Likewise the keep-warm requests to a test's upstream (its own tests switch it on).
+KEFU_UPSTREAM_KEEPWARM_S = 0.0
 # Django's default test database is shared-cache in-memory SQLite, where a second writer fails
 # at once with "database table is locked" instead of waiting for the busy timeout as the WAL file
 # the app runs on does: a summary task and a ledger row written at the same moment lost the row

@@ -28,7 +28,7 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 
-from . import answers, classify, ledger, singleflight, strategy, tasks, warmup
+from . import answers, classify, ledger, singleflight, strategy, tasks, tiers, warmup
 from . import summary as summaries
 from .complete import complete_decision
 from .providers.base import ProviderError, StreamDone, TextDelta
@@ -47,6 +47,7 @@ __all__ = [
     "cached_answer_marks",
     "person_request_words",
     "reply_suggest",
+    "router_keep_upstreams_warm",
     "router_ready",
     "router_start",
     "router_status",
@@ -340,6 +341,13 @@ def router_start() -> None:
     classifier, embedder), in background threads; returns at once (the server's start-up)."""
     registry.start_background()
     warmup.start()
+
+
+def router_keep_upstreams_warm() -> None:
+    """Keep a connection open to each configured tier's upstream from this event loop
+    (``routing.tiers.keep_upstreams_warm``): call from the server's loop, e.g. as a socket
+    connects; idempotent, returns at once."""
+    tiers.keep_upstreams_warm()
 
 
 def router_ready() -> bool:

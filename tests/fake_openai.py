@@ -184,6 +184,8 @@ class FakeOpenAI:
         self._queue: deque[Behaviour] = deque()
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, str]] = []
+        # (path, client port) of every request, models included: a new port is a new connection.
+        self._peers: list[tuple[str, int]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -258,6 +260,7 @@ class FakeOpenAI:
             self._queue.clear()
             self._requests.clear()
             self._headers.clear()
+            self._peers.clear()
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -270,6 +273,18 @@ class FakeOpenAI:
         """The headers (lower-cased names) of the same requests, in the same order."""
         with self._lock:
             return list(self._headers)
+
+    @property
+    def peers(self) -> list[tuple[str, int]]:
+        """``(path, client port)`` of every request (``GET /v1/models`` included), oldest first:
+        requests with the same port came over the same TCP connection."""
+        with self._lock:
+            return list(self._peers)
+
+    def _note_peer(self, request: web.Request) -> None:
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        with self._lock:
+            self._peers.append((request.path, int(peer[1]) if peer else 0))
 
     @property
     def pending(self) -> int:
@@ -314,10 +329,12 @@ class FakeOpenAI:
             return self._queue.popleft() if self._queue else self.default
 
     async def _models(self, request: web.Request) -> web.Response:
+        self._note_peer(request)
         data = [{"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "kefu-fake"} for name in MODELS]
         return web.json_response({"object": "list", "data": data})
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        self._note_peer(request)
         try:
             body = await request.json()
         except json.JSONDecodeError:

@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
-from .. import regroup, shutdown, sweeper
+from .. import answering, regroup, shutdown, sweeper
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class FrameSocket(AsyncWebsocketConsumer):
         self.groups_joined: set[str] = set()
         sweeper.ensure_sweeper()  # every process gives back the conversations of agents who vanished
         shutdown.install()  # and drains on SIGTERM instead of dropping what it streams
+        answering.keep_upstreams_warm()  # and keeps its upstream connections open while idle
         regroup.register(self)  # and joins its sockets' groups again after Redis lost them
         # Events this process publishes to a group of this socket arrive in its in-process inbox
         # (chat.layer, local fan-out); the others through the layer's receive.

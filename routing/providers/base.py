@@ -155,6 +155,11 @@ class ProviderConfig:
     `connect_timeout_s` to open the connection, `first_token_timeout_s` from the call to the
     first non-empty text (also the longest silence allowed between two received bytes),
     `total_timeout_s` from the call to the end of the stream.
+
+    Connections: `http2` offers HTTP/2 to the upstream (negotiated over TLS: an upstream that
+    answers HTTP/1.1 gets HTTP/1.1); `keepalive_s` is how long an idle pooled connection is kept
+    (seconds; the HTTP client's default is 5, after which the next call pays a new TCP and TLS
+    handshake).
     """
 
     base_url: str | None
@@ -162,6 +167,8 @@ class ProviderConfig:
     connect_timeout_s: float = 5
     first_token_timeout_s: float = 15
     total_timeout_s: float = 60
+    http2: bool = False
+    keepalive_s: float = 5
 
 
 class Provider(Protocol):

@@ -17,6 +17,11 @@ Choices that differ from the SDK's defaults, and why:
   its connections: reusing a client after `asyncio.run()` finished (Celery tasks, tests) fails
   with "Event loop is closed". A server process has one loop, so in practice one client per
   process per upstream.
+- Idle pooled connections are kept `config.keepalive_s` (the HTTP client's default is 5 s, so a
+  store with a message a minute paid a new TCP and TLS handshake, two round trips, before nearly
+  every answer), and `keep_warm` sends a free request (`GET /models`) to each upstream that had
+  no call for a while, so its connection stays open. `config.http2` offers HTTP/2 over TLS (one
+  connection carries every concurrent stream; measured in bench/upstream_conn.py).
 - `base_url=None` in the config means the official endpoint, passed explicitly: the SDK would
   otherwise read `OPENAI_BASE_URL` from the environment, and settings are read in one place.
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import re
 import threading
 import time
@@ -42,8 +48,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+import httpx2
 import openai
-from openai import AsyncOpenAI, AsyncStream, Timeout, omit
+from openai import AsyncOpenAI, AsyncStream, DefaultAsyncHttpxClient, Timeout, omit
 from openai.types.chat import ChatCompletionMessageParam
 
 from lib.tokens import count_tokens
@@ -64,16 +71,20 @@ __all__ = [
     "OpenAIProvider",
     "close_clients",
     "get_client",
+    "keep_warm",
 ]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 # ---------------------------------------------------------------------------- clients
 
-_ClientKey = tuple[str, str]
-# event loop -> (base_url, api_key) -> client. Weak on the loop so a finished loop's clients go
+# (base URL, API key, HTTP/2, keep-alive seconds)
+_ClientKey = tuple[str, str, bool, float]
+# event loop -> client key -> client. Weak on the loop so a finished loop's clients go
 # away with it.
 _clients_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_ClientKey, AsyncOpenAI]] = (
     weakref.WeakKeyDictionary()
@@ -81,6 +92,14 @@ _clients_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Cli
 # Clients built outside any running loop (a sync caller preparing one); rarely used.
 _clients_without_loop: dict[_ClientKey, AsyncOpenAI] = {}
 _clients_lock = threading.Lock()
+# client -> the event loop's time of its latest call's start or end, and its calls streaming now
+# (keep_warm pings only an idle upstream).
+_last_call: weakref.WeakKeyDictionary[AsyncOpenAI, float] = weakref.WeakKeyDictionary()
+_in_flight: weakref.WeakKeyDictionary[AsyncOpenAI, int] = weakref.WeakKeyDictionary()
+
+#: The SDK's own pool limits (openai._constants.DEFAULT_CONNECTION_LIMITS), with our keep-alive.
+MAX_CONNECTIONS = 1000
+MAX_KEEPALIVE_CONNECTIONS = 100
 
 
 def http_timeout(config: ProviderConfig) -> Timeout:
@@ -100,7 +119,8 @@ def http_timeout(config: ProviderConfig) -> Timeout:
 def get_client(config: ProviderConfig) -> AsyncOpenAI:
     """The shared `AsyncOpenAI` client for `config`'s base URL and API key.
 
-    One client per (base_url, api_key) per running event loop (see the module docstring).
+    One client per (base_url, api_key, http2, keepalive_s) per running event loop (see the module
+    docstring); its pool keeps up to 100 idle connections for `config.keepalive_s` seconds.
     The client is built with `max_retries=0` and `config`'s timeouts; calls pass their own
     config's timeouts again, so two tiers sharing an upstream may differ in timeouts.
 
@@ -112,7 +132,7 @@ def get_client(config: ProviderConfig) -> AsyncOpenAI:
         # The SDK would fall back to OPENAI_API_KEY from the environment for None, and raise
         # for "": either way the key must come from our settings.
         raise ProviderError("no API key configured for this upstream", code="auth", permanent=True)
-    key: _ClientKey = (config.base_url or DEFAULT_BASE_URL, config.api_key)
+    key: _ClientKey = (config.base_url or DEFAULT_BASE_URL, config.api_key, config.http2, config.keepalive_s)
     try:
         loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:  # called from sync code: no loop to bind to
@@ -127,8 +147,17 @@ def get_client(config: ProviderConfig) -> AsyncOpenAI:
                     base_url=key[0],
                     timeout=http_timeout(config),
                     max_retries=0,
+                    http_client=DefaultAsyncHttpxClient(
+                        http2=config.http2,
+                        timeout=http_timeout(config),
+                        limits=httpx2.Limits(
+                            max_connections=MAX_CONNECTIONS,
+                            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+                            keepalive_expiry=config.keepalive_s,
+                        ),
+                    ),
                 )
-            except openai.OpenAIError as error:
+            except (openai.OpenAIError, ImportError) as error:  # ImportError: http2 without the h2 package
                 raise ProviderError(
                     f"cannot configure the OpenAI client: {error}",
                     code="bad_request",
@@ -136,6 +165,31 @@ def get_client(config: ProviderConfig) -> AsyncOpenAI:
                 ) from error
             clients[key] = client
         return client
+
+
+async def keep_warm(configs: list[ProviderConfig], *, every_s: float) -> None:
+    """Keep a pooled connection open to each upstream of `configs` until cancelled (a task of the
+    server's event loop): a connection is opened at once (the first shopper pays no handshake),
+    then an upstream that had no call for `every_s` seconds gets `GET /models`, a request that
+    costs no tokens, over the pooled connection. Pick `every_s` below `keepalive_s` and below the
+    upstream's own idle timeout. Any answer (a 404 from a server without that route included)
+    keeps the connection; a failure is logged at DEBUG and tried again next time, as calls
+    report upstream trouble themselves. Configs without an API key are skipped."""
+    loop = asyncio.get_running_loop()
+    configs = [c for c in configs if c.api_key]
+    while True:
+        for config in configs:
+            client = get_client(config)
+            if _in_flight.get(client, 0) or loop.time() - _last_call.get(client, float("-inf")) < every_s:
+                continue
+            _last_call[client] = loop.time()
+            try:
+                await client.models.with_raw_response.list(timeout=config.connect_timeout_s)
+            except openai.APIStatusError:
+                pass  # an answer all the same: the connection is open and pooled
+            except openai.OpenAIError as error:
+                log.debug("keeping the connection to %s warm failed: %s", config.base_url or DEFAULT_BASE_URL, error)
+        await asyncio.sleep(every_s / 2)
 
 
 async def close_clients() -> None:
@@ -394,6 +448,8 @@ class OpenAIProvider:
         first_token_deadline = min(total_deadline, loop.time() + first_token_s)
 
         client = get_client(config)
+        _last_call[client] = loop.time()
+        _in_flight[client] = _in_flight.get(client, 0) + 1
         texts: list[str] = []
         ttft_ms: float | None = None
         usage: Usage | None = None
@@ -428,6 +484,8 @@ class OpenAIProvider:
                     texts.append(text)
                     yield TextDelta(text)
         finally:
+            _last_call[client] = loop.time()
+            _in_flight[client] -= 1
             if sdk_stream is not None:
                 # Also runs when the consumer stops early: release the connection now rather
                 # than when the garbage collector finds the response.

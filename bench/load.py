@@ -123,6 +123,8 @@ class Stats:
     end: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     sent: list[tuple[str, str]] = field(default_factory=list)  # (conversation, client_id)
     errors: int = 0
+    # what each error was: an error frame's code, or the exception's type (a socket that failed)
+    error_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
 class Shopper:
@@ -165,14 +167,16 @@ class Shopper:
                 return
             elif kind == "error" and f.get("client_id") == client_id:
                 self.stats.errors += 1
+                self.stats.error_kinds[f"frame {f.get('code')}"] += 1
                 return
 
     async def run(self, stop_at: float) -> None:
         while time.monotonic() < stop_at:
             try:
                 await self.conversation()
-            except (OSError, TimeoutError, websockets.WebSocketException):
+            except (OSError, TimeoutError, websockets.WebSocketException) as e:
                 self.stats.errors += 1
+                self.stats.error_kinds[type(e).__name__] += 1
                 await asyncio.sleep(0.5)
 
 
@@ -197,7 +201,10 @@ class Load:
             "PYTHONUNBUFFERED": "1",
         }
         self.redis: subprocess.Popen[bytes] | None = None
-        self.workers = [Worker(self.env, self.tmp / f"worker-{i}.log", args.server) for i in range(args.workers)]
+        extra = (
+            ["--ping-interval", str(args.ws_ping_interval)] if args.ws_ping_interval and args.server == "daphne" else []
+        )
+        self.workers = [Worker(self.env, self.tmp / f"worker-{i}.log", args.server, extra) for i in range(args.workers)]
 
     def manage(self, *args: str) -> None:
         done = subprocess.run(
@@ -267,6 +274,7 @@ class Load:
             "frames_per_s": stats.frames / elapsed,
             "answers": stats.answers,
             "errors": stats.errors,
+            "error_kinds": dict(stats.error_kinds),
             "lost": lost,
             "duplicated": duplicated,
             "routes": {
@@ -301,7 +309,9 @@ class Load:
         sockets = []
         for i in range(args.idle):
             w = self.workers[i % len(self.workers)]
-            ws = await websockets.connect(w.ws, origin=w.base)
+            # A browser sends no pings of its own (the server's pings keep the socket alive);
+            # --client-pings makes the generator ping every 20 s, as the websockets library does.
+            ws = await websockets.connect(w.ws, origin=w.base, ping_interval=20 if args.client_pings else None)
             await ws.send(json.dumps({"type": "hello"}))
             await ws.recv()
             sockets.append(ws)
@@ -316,6 +326,8 @@ class Load:
             "idle_sockets": args.idle,
             "workers": args.workers,
             "server": args.server,
+            "client_pings": args.client_pings,
+            "ws_ping_interval": args.ws_ping_interval or 20,
             "kb_per_socket": (rss1 - rss0) / 1024 / args.idle,
             "core_share": cpu / args.seconds,
         }
@@ -327,6 +339,8 @@ def print_chat(r: dict[str, object]) -> None:
         f"{r['cpu_ms_per_answer']:.1f} ms server CPU per answer ({r['server_cores']:.2f} cores), "
         f"{r['frames_per_s']:.0f} frames/s, errors {r['errors']}, lost {r['lost']}, duplicated {r['duplicated']}"
     )
+    if r.get("error_kinds"):
+        print(f"errors by kind (warm-up included): {r['error_kinds']}")
     print("| route | answers | first delta p50 / p95 / p99 | end p99 |")
     print("|---|---:|---:|---:|")
     for route, v in r["routes"].items():  # type: ignore[attr-defined]
@@ -349,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-ms", type=float, default=20.0)
     parser.add_argument("--server", choices=sorted(SERVERS), default="daphne", help="the ASGI server of each worker")
     parser.add_argument("--idle", type=int, default=0, help="open this many idle sockets instead of chatting")
+    parser.add_argument("--client-pings", action="store_true", help="idle sockets ping the server every 20 s")
+    parser.add_argument("--ws-ping-interval", type=int, default=0, help="Daphne's --ping-interval (s; 0: its 20)")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--json", action="store_true", help="print the result as JSON too")
@@ -361,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         load.teardown()
     if args.idle:
         print(
-            f"{result['idle_sockets']} idle sockets on {result['workers']} worker(s): "
+            f"{result['idle_sockets']} idle sockets on {result['workers']} worker(s) "
+            f"(server pings every {result['ws_ping_interval']:g} s, client pings {'on' if result['client_pings'] else 'off'}): "
             f"{result['kb_per_socket']:.1f} KB each, {result['core_share'] * 100:.1f}% of a core"
         )
     else:

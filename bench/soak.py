@@ -92,8 +92,9 @@ SERVERS = {
 class Worker:
     """One kefu web process under an ASGI server of ``SERVERS`` (Daphne by default)."""
 
-    def __init__(self, env: dict[str, str], log: Path, server: str = "daphne") -> None:
+    def __init__(self, env: dict[str, str], log: Path, server: str = "daphne", extra: list[str] | None = None) -> None:
         self.env, self.log, self.port, self.server = env, log, free_port(), server
+        self.extra = extra or []  # more arguments for the server (e.g. Daphne's --ping-interval)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -108,7 +109,7 @@ class Worker:
         cmd = SERVERS[self.server]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(ROOT / ".venv/bin" / cmd[0]), *(a.format(port=self.port) for a in cmd[1:])],
+                [str(ROOT / ".venv/bin" / cmd[0]), *(a.format(port=self.port) for a in cmd[1:]), *self.extra],
                 cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 

@@ -38,7 +38,18 @@ _STREET_ZH = re.compile(rf"[{_CJK}]{{1,12}}(?:路|街|道|巷|弄|胡同)\s?\d+\
 _NAME_EN = re.compile(r"\b(?:my name is|my name's|my full name is)\s+\w+", re.IGNORECASE)
 _NAME_EN_CAP = re.compile(r"\b(?:I am|I'm|Im|this is|call me)\s+(?!I\b|A\b|An\b|The\b|Not\b|So\b|Very\b)[A-Z][a-z]+")
 _NAME_ZH = re.compile(rf"我叫[{_CJK}A-Za-z]|我的名字(?:是|叫)|本人姓|我姓[{_CJK}]")
-_HONORIFIC = re.compile(r"\b(?:mr|mrs|ms|miss|dr)\.?\s+[A-Z][a-z]+")
+# "Mr. Smith", "Dr Jones", "Mrs. Lee", "mr smith": the title in any case, the name capitalised
+# (or all lower case after a title written in lower case).
+_HONORIFIC = re.compile(
+    r"\b(?:[Mm](?:r|rs|s|iss|x)|[Dd]r|[Pp]rof|[Ss]ir|[Mm]adam)\.?\s+[A-Z][a-z]+|\b(?:mr|mrs|ms|dr)\.?\s+[a-z]{2,}\b"
+)
+# An answer that greets or thanks someone by name ("Thanks, Alice!", "Hi Bob,", "Dear Ms Chen"):
+# made for one shopper. A capitalised word after the greeting, then a comma, "!" or "." (or the end).
+_GREETED_BY_NAME = re.compile(
+    r"(?:^|[.!?]\s+)(?:hi|hello|hey|thanks|thank you|dear|welcome back|sorry|good (?:morning|afternoon|evening))"
+    r",?\s+(?!there\b|again\b|for\b|so\b|very\b|all\b|everyone\b|and\b|you\b)([A-Z][a-z]+)\s*(?:[,!.]|$)",
+    re.IGNORECASE,
+)
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -179,12 +190,17 @@ def may_cache_question(text: str) -> tuple[bool, str]:
 def may_cache_answer(text: str) -> tuple[bool, str]:
     """Whether an answer may be shared with other shoppers: ``(ok, reason)``.
 
-    Refuses empty answers and answers that carry personal data (an answer that repeats the
-    shopper's order number or e-mail address was made for that shopper only).
+    Refuses empty answers, answers that carry personal data (an answer that repeats the
+    shopper's order number or e-mail address was made for that shopper only), and answers that
+    greet or thank someone by name (``"greets_by_name"``: "Thanks, Alice! Yes, we ship...").
     """
     if not text or not text.strip():
         return False, "empty"
     kind = personal_data(text)
     if kind:
         return False, kind
+    t = unicodedata.normalize("NFKC", text)
+    for m in _GREETED_BY_NAME.finditer(t):
+        if m.group(1)[0].isupper():  # IGNORECASE covers the greeting; the name stays capitalised
+            return False, "greets_by_name"
     return True, "ok"

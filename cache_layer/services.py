@@ -37,6 +37,8 @@ from django.db.models import Case, DateTimeField, F, IntegerField, Value, When
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from lib.logredact import shopper_text
+
 from . import vector_index
 from .config import cache_config
 from .embeddings import get_embedder
@@ -322,7 +324,9 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         if verdict.ok:
             passing.append((i, sim, verdict.rule))
         else:
-            log.debug("cache: %r ~ %r (%.3f) refused: %s", question, found.questions[i], sim, verdict.rule)
+            log.debug(
+                "cache: %s ~ entry %s (%.3f) refused: %s", shopper_text(question), found.ids[i], sim, verdict.rule
+            )
     if not passing:
         return None
     rows = {
@@ -340,7 +344,7 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     # which one is right is a guess, and a wrong guess is a false hit. A miss costs one model call.
     for i, sim, _ in live[1:]:
         if best_sim - sim < cfg.ambiguity_margin and rows[found.ids[i]][1] != best[1]:
-            log.debug("cache: %r ambiguous between %r and %r", question, best[3], rows[found.ids[i]][3])
+            log.debug("cache: %s ambiguous between entries %s and %s", shopper_text(question), best[0], found.ids[i])
             return None
     _record_hit(best[0])
     return CacheHit(
@@ -382,7 +386,7 @@ def store(
     """
     reason = _refusal(question=question, answer=answer, route=route, cut=cut)
     if reason:
-        log.debug("cache store refused (%s): %r", reason, question[:80])
+        log.debug("cache store refused (%s): %s", reason, shopper_text(question))
         return False
     key = exact_key_text(question)
     vec = _embed(question) if embedding is None else np.asarray(embedding, dtype=np.float32).reshape(-1)

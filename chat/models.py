@@ -67,6 +67,13 @@ class Conversation(models.Model):
     # An address the shopper left (the widget offers the form while no agent is online), for an
     # agent to reply to later; shown in the console. "" when none.
     contact_email = models.EmailField(max_length=254, blank=True)
+    # The store's customer, when a signed identity token said who the shopper is (chat.identity):
+    # their id in the store's system, and the name and e-mail the store sent, shown to agents.
+    # "" for an anonymous shopper. A verified customer's conversations are theirs on any device.
+    customer_id = models.CharField(max_length=255, blank=True, db_index=True)
+    customer_name = models.CharField(max_length=150, blank=True)
+    customer_email = models.CharField(max_length=254, blank=True)
+    identity_verified_at = models.DateTimeField(null=True, blank=True)
     # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
     handoff_packet = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, help_text="Rolling summary of turns older than the prompt window.")
@@ -205,3 +212,11 @@ class AgentLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id} until {self.expires_at:%H:%M:%S}"
+
+
+class UsedIdentityToken(models.Model):
+    """A signed identity token already accepted (its ``jti``): a second ``hello`` with it is a
+    replay (chat.identity). Kept until the token expired (``expires_at``, leeway included)."""
+
+    jti = models.CharField(max_length=64, primary_key=True)
+    expires_at = models.DateTimeField(db_index=True)

@@ -59,6 +59,7 @@ def _iso(value: Any) -> str | None:
 def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
     ``{"id", "status", "agent", "locale", "waiting_since", "updated_at", "reason", "contact_email",
+    "customer": {"id", "name", "email"} | None (a verified customer, chat.identity),
     "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None}``."""
     last = Message.objects.filter(conversation=OuterRef("pk")).order_by("-seq")
     rows = queryset.annotate(
@@ -76,6 +77,9 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "updated_at",
         "handoff_reason",
         "contact_email",
+        "customer_id",
+        "customer_name",
+        "customer_email",
         "last_seq_v",
         "last_role",
         "last_text",
@@ -101,6 +105,11 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                 "updated_at": _iso(r["updated_at"]),
                 "reason": r["handoff_reason"],
                 "contact_email": r["contact_email"],
+                "customer": (
+                    {"id": r["customer_id"], "name": r["customer_name"], "email": r["customer_email"]}
+                    if r["customer_id"]
+                    else None
+                ),
                 "last_message": last_message,
             }
         )

@@ -16,7 +16,15 @@ from django.db import transaction
 from lib.background import Background
 from routing import services as router
 
+from .identity import used_tokens_purge
 from .summary import conversation_summarise, summary_work
+
+
+@shared_task(name="chat.tasks.purge_used_identity_tokens", ignore_result=True)
+def purge_used_identity_tokens() -> int:
+    """Forget the spent ids of identity tokens that expired (``chat.identity.used_tokens_purge``);
+    returns how many went. On the beat schedule (``CELERY_BEAT_SCHEDULE``, hourly)."""
+    return used_tokens_purge()
 
 
 @shared_task(name="chat.tasks.summarise_conversation", ignore_result=True)

@@ -38,9 +38,35 @@ def _env(cast: str, name: str, **kwargs: Any) -> Any:
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
 
 DEBUG = _env("bool", "DEBUG", default=False)
-SECRET_KEY = env.str("SECRET_KEY", default="kefu-insecure-development-key-change-me-in-production")
-ALLOWED_HOSTS = _env("list", "ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+DEVELOPMENT_SECRET_KEY = "kefu-insecure-development-key-change-me-in-production"
+SECRET_KEY = env.str("SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
+_LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+ALLOWED_HOSTS = _env("list", "ALLOWED_HOSTS", default=_LOOPBACK_HOSTS)
 CSRF_TRUSTED_ORIGINS = _env("list", "CSRF_TRUSTED_ORIGINS", default=[])
+if SECRET_KEY == DEVELOPMENT_SECRET_KEY and any(h not in _LOOPBACK_HOSTS for h in ALLOWED_HOSTS):
+    # Anyone who read this file could sign sessions and customer tokens (chat.identity) for a
+    # server that others can reach: refuse to start rather than run with it.
+    raise ImproperlyConfigured(
+        f"SECRET_KEY is unset (the development key) but ALLOWED_HOSTS={','.join(ALLOWED_HOSTS)!r} names a host "
+        'other than loopback: set SECRET_KEY (python -c "import secrets; print(secrets.token_urlsafe(50))")'
+    )
+
+# Served over TLS behind a proxy that terminates it (README, Deployment): trust its
+# X-Forwarded-Proto, send cookies only over HTTPS, redirect plain HTTP (not the probes a load
+# balancer sends straight to a worker) and send HSTS for KEFU_HSTS_SECONDS (a year).
+KEFU_BEHIND_TLS = _env("bool", "KEFU_BEHIND_TLS", default=False)
+if KEFU_BEHIND_TLS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^metrics$"]
+    SECURE_HSTS_SECONDS = _env("int", "KEFU_HSTS_SECONDS", default=365 * 24 * 3600)
+    # Subdomains of the host kefu is served on (chat.shop.example), not of the store's own domain.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env("bool", "KEFU_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = _env("bool", "KEFU_HSTS_PRELOAD", default=False)
+# HSTS preload asks browsers' makers to hard-code HTTPS for the domain, which cannot be taken back
+# quickly: a store's choice (KEFU_HSTS_PRELOAD), not a default, so its check is not a warning here.
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 INSTALLED_APPS = [
     "daphne",
@@ -162,6 +188,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 KEFU_CELERY_TASK_TIME_LIMIT_S = _env("float", "KEFU_CELERY_TASK_TIME_LIMIT_S", default=180.0)
 KEFU_CELERY_VISIBILITY_TIMEOUT_S = _env("float", "KEFU_CELERY_VISIBILITY_TIMEOUT_S", default=300.0)
 CELERY_TASK_TIME_LIMIT = KEFU_CELERY_TASK_TIME_LIMIT_S
+# `make beat`: periodic housekeeping (each task is idempotent, so a missed or doubled run is harmless).
+CELERY_BEAT_SCHEDULE = {
+    "purge-used-identity-tokens": {"task": "chat.tasks.purge_used_identity_tokens", "schedule": 3600.0},
+}
 CELERY_TASK_SOFT_TIME_LIMIT = max(1.0, KEFU_CELERY_TASK_TIME_LIMIT_S - 10)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -209,13 +239,21 @@ def _not_a_probe(record: logging.LogRecord) -> bool:
     return not (record.name == "django.request" and path in ("/healthz", "/livez"))
 
 
+# Log lines never carry shopper text (lib/logredact.py): only its length, unless this is on (a
+# developer's own machine; never in production).
+KEFU_LOG_SHOPPER_TEXT = _env("bool", "KEFU_LOG_SHOPPER_TEXT", default=False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # A 503 from /healthz while the process starts is its normal answer, not an error to log.
-    "filters": {"probes": {"()": "django.utils.log.CallbackFilter", "callback": _not_a_probe}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["probes"]}},
+    # Personal data that reached a log line anyway (lib/logredact.py) is masked on the way out.
+    "filters": {
+        "probes": {"()": "django.utils.log.CallbackFilter", "callback": _not_a_probe},
+        "redact": {"()": "lib.logredact.RedactPersonalData"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["probes", "redact"]}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
@@ -275,6 +313,16 @@ if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:
 # context: chat/models.py, Conversation.session_from_seq), seconds. Six hours: a later visit the
 # same day is a new errand more often than not; a store sets its own.
 KEFU_SESSION_IDLE_S = _env("float", "KEFU_SESSION_IDLE_S", default=6 * 3600.0)
+# Signed shopper identity (chat/identity.py, docs/security.md): the HS256 secret the store's
+# backend signs identity tokens with ("" = off: a hello with one is refused), the longest life a
+# token may have (exp - iat, s) and the clock skew allowed (s).
+KEFU_IDENTITY_SECRET = env.str("KEFU_IDENTITY_SECRET", default="")
+if KEFU_IDENTITY_SECRET and len(KEFU_IDENTITY_SECRET) < 32:
+    raise ImproperlyConfigured(
+        "KEFU_IDENTITY_SECRET is shorter than 32 characters: HS256 needs a key of 256 bits or more (RFC 7518 §3.2)"
+    )
+KEFU_IDENTITY_MAX_AGE_S = _env("int", "KEFU_IDENTITY_MAX_AGE_S", default=3600)
+KEFU_IDENTITY_LEEWAY_S = _env("int", "KEFU_IDENTITY_LEEWAY_S", default=60)
 
 # --- Ops: /metrics needs "Authorization: Bearer <token>" when set (docs/ops.md).
 KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")

@@ -119,6 +119,7 @@ class GatewayRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     start_tier: str | None = None
+    caller_params: bool = False
 
 
 def content_text(content: object) -> str | None:
@@ -195,6 +196,7 @@ def parse_request(body: bytes) -> GatewayRequest:
         max_tokens=min(max_tokens or settings.KEFU_GATEWAY_MAX_TOKENS, settings.KEFU_GATEWAY_MAX_TOKENS),
         temperature=float(temperature) if temperature is not None else None,
         start_tier=name if name in TIERS else None,
+        caller_params=max_tokens is not None or temperature is not None,
     )
 
 
@@ -269,7 +271,10 @@ async def plan(req: GatewayRequest) -> Plan:
                 locale,
             )
             d.cache_scope, d.cache_vector, d.grounded_on = c.cache_scope, vector, grounded_on
-            return Plan(d, question=question, offer_to_cache=bool(c.cache_scope), grounded_on=grounded_on)
+            d.shareable = not req.caller_params
+            return Plan(
+                d, question=question, offer_to_cache=bool(c.cache_scope) and d.shareable, grounded_on=grounded_on
+            )
     first_tier = next((t for t in TIERS[TIERS.index(start) :] if tier_configured(t)), None)
     if first_tier is None:
         raise GatewayError(
@@ -282,10 +287,11 @@ async def plan(req: GatewayRequest) -> Plan:
     return Plan(_remote(req, first_tier, req.messages, locale))
 
 
-async def offer_to_cache(p: Plan, *, text: str, model: str) -> None:
+async def offer_to_cache(p: Plan, *, text: str, model: str, finish_reason: str | None = None) -> None:
     """Offer a bare question's complete remote answer to the answer cache
-    (``routing.strategy.offer_to_cache``: its policy may refuse it; never raises)."""
-    if p.offer_to_cache:
+    (``routing.strategy.offer_to_cache``: its policy may refuse it; never raises). An answer the
+    token limit stopped (``finish_reason`` ``"length"``) is never offered."""
+    if p.offer_to_cache and finish_reason != "length":
         await strategy.offer_to_cache(p.decision, question=p.question, text=text, model=model)
 
 

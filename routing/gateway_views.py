@@ -206,7 +206,7 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBa
             )
         )
         response["x-kefu-route"] = d.route
-        await offer_to_cache(p, text=text, model=model_of(done))
+        await offer_to_cache(p, text=text, model=model_of(done), finish_reason=done.finish_reason if done else None)
         return response
 
     async def events() -> AsyncIterator[bytes]:
@@ -242,7 +242,9 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBa
             kefu_body(route=d.route, tier=d.tier, usage=usage),
         ):
             yield line
-        await offer_to_cache(p, text="".join(texts), model=model_of(done))
+        await offer_to_cache(
+            p, text="".join(texts), model=model_of(done), finish_reason=done.finish_reason if done else None
+        )
 
     return _stream_response(events(), d.route)
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
+from lib.logredact import shopper_text
+
 from .complete import complete
 from .providers.base import ProviderError
 from .tiers import tier_configured
@@ -153,5 +155,5 @@ async def standalone_question(
         return None
     out = clean_rewrite(answer.text)
     if out is None:
-        log.info("rewrite (%s) refused: %r", REWRITE_PROMPT_VERSION, answer.text[:120])
+        log.info("rewrite (%s) refused: %s", REWRITE_PROMPT_VERSION, shopper_text(answer.text))
     return out

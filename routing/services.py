@@ -218,6 +218,8 @@ class Answer:
         if record is None or record.cut:
             return
         decision, question = self._decision, self._question
+        if self._done is not None and self._done.finish_reason == "length":
+            return  # stopped by the token limit: not the whole answer, never shared
         if record.route.startswith("llm."):
             await strategy.offer_to_cache(
                 decision, question=decision.cache_question or question.text, text=record.text, model=record.model

@@ -44,6 +44,7 @@ from django.conf import settings
 
 from cache_layer.normalise import exact_key_text
 from cache_layer.policy import may_cache_question, personal_data
+from lib.logredact import shopper_text
 
 from .prompt import SUMMARY_HEADING
 from .providers.base import ChatRequest, ProviderError, StreamItem
@@ -220,10 +221,12 @@ def open_stream(decision: Decision, *, question: str, context: CallContext) -> A
         return stream_with_fallback(decision, context=context)
     flight = _flights.get(key)
     if flight is not None and flight.loop is asyncio.get_running_loop() and not flight.finished:
-        log.debug("single flight: joined %r (%d readers)", key[2][:60], flight.subscribers + 1)
+        log.debug("single flight: joined %s (%d readers)", shopper_text(key[2]), flight.subscribers + 1)
         return Subscription(flight, decision, follower=True)
     assert decision.request is not None
-    if not may_lead(decision.request):
+    if not decision.shareable or not may_lead(decision.request):
+        # A prompt with this conversation's earlier turns makes an answer for this shopper only;
+        # it may still join a flight of the same question asked without history (a cache hit's twin).
         return stream_with_fallback(decision, context=context)
     flight = Flight(key, decision, context)
     _flights[key] = flight

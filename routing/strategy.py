@@ -128,6 +128,7 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
             cache_vector=vector,
             grounded_on=grounded_on,
             cache_question=cache_question,
+            shareable=not (turns or summary or cache_question),
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
 
@@ -135,10 +136,11 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
 async def offer_to_cache(decision: Decision, *, question: str, text: str, model: str) -> None:
     """Offer a complete remote answer ``text`` (by ``model``) to ``question`` to the answer cache,
     in the decision's cache scope, with the FAQ entries it was grounded on; the cache's policy may
-    refuse it (personal data, follow-ups...). Nothing when the decision has no cache scope, the
-    text is empty or the cache is off. Never raises: a failure is logged (the cache is an
-    optimisation, and the answer already reached the asker)."""
-    if not (decision.cache_scope and text and settings.KEFU_CACHE_ENABLED):
+    refuse it (personal data, follow-ups...). Nothing when the decision has no cache scope or is
+    not ``shareable`` (its prompt held earlier turns), the text is empty or the cache is off.
+    Never raises: a failure is logged (the cache is an optimisation, and the answer already
+    reached the asker)."""
+    if not (decision.cache_scope and decision.shareable and text and settings.KEFU_CACHE_ENABLED):
         return
     try:
         await database_sync_to_async(cache.store)(

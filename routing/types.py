@@ -138,6 +138,12 @@ class Decision:
     cache_question: str = ""
     cache_entry_id: int | None = None  # the cached answer served (cache.* routes)
     grounded_on: list[int] = field(default_factory=list)
+    # Whether a remote answer may reach other shoppers (stored in the answer cache, or streamed to
+    # the identical questions in flight): only when its prompt held nothing of this conversation
+    # but the question itself (no earlier turns, no summary, not a rewritten follow-up). Earlier
+    # turns can change an answer ("Thanks, Alice!", or a hostile turn the model obeys) in ways no
+    # check of the answer's text can rule out.
+    shareable: bool = True
 
 
 @dataclass(frozen=True)

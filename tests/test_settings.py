@@ -10,10 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def check(**env: str) -> subprocess.CompletedProcess[str]:
+def check(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL")}
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", "check", *args],
         cwd=ROOT,
         env={**full, "KEFU_NO_WARMUP": "1", **env},
         capture_output=True,
@@ -32,6 +32,40 @@ def test_embedded_defaults_need_no_environment():
     result = check()
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
+
+
+PRODUCTION = {
+    "SECRET_KEY": "x9Kq2LmZ7vTt4Wb0Rj8Nc5Hs1Yd6Fg3Pe-Ua_Vo2Ii7Xk4Ql9Mw0Zr5Sn8Bh3Cf",
+    "ALLOWED_HOSTS": "chat.shop.example",
+    "CSRF_TRUSTED_ORIGINS": "https://chat.shop.example",
+    "KEFU_BEHIND_TLS": "true",
+}
+
+
+def test_the_development_key_is_refused_for_a_host_others_can_reach():
+    result = check(ALLOWED_HOSTS="chat.shop.example")
+    assert result.returncode != 0
+    assert "SECRET_KEY is unset (the development key) but ALLOWED_HOSTS='chat.shop.example'" in result.stderr
+
+
+def test_production_settings_pass_the_deploy_check_with_no_warning():
+    result = check("--deploy", "--fail-level", "WARNING", **PRODUCTION)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "identified no issues" in result.stdout
+
+
+def test_without_tls_the_deploy_check_names_what_is_missing():
+    plain = {k: v for k, v in PRODUCTION.items() if k != "KEFU_BEHIND_TLS"}
+    result = check("--deploy", "--fail-level", "WARNING", **plain)
+    assert result.returncode != 0
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):  # HSTS, redirect, cookies
+        assert warning in result.stdout + result.stderr
+
+
+def test_a_short_identity_secret_is_refused():
+    result = check(KEFU_IDENTITY_SECRET="too-short")
+    assert result.returncode != 0
+    assert "KEFU_IDENTITY_SECRET is shorter than 32 characters" in result.stderr
 
 
 def test_an_answer_lease_too_short_to_renew_is_refused():

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: Close codes: refused (bad token, not an agent) and too many sockets from one address.
 CLOSE_FORBIDDEN = 4403
+#: A signed identity token was refused (an ``error`` frame with its code comes first: chat.identity).
+CLOSE_IDENTITY = 4401
 CLOSE_TOO_MANY = 4429
 #: The layer (Redis) is down even after retries: reconnect later. (The registry's 1013 "Try Again
 #: Later" would say the same, but Autobahn, under Daphne, lets a server close only with 1000 or 3000-4999.)

@@ -16,10 +16,10 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from .. import answering, availability, errors, events, limits, selectors, services, shutdown, streams
+from .. import answering, availability, errors, events, identity, limits, selectors, services, shutdown, streams
 from ..models import MessageState
 from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_contact, validate_message
-from .base import CLOSE_FORBIDDEN, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
+from .base import CLOSE_FORBIDDEN, CLOSE_IDENTITY, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,17 @@ class ShopperConsumer(FrameSocket):
         locale = content.get("locale", "en")
         if locale not in ("en", "zh"):
             locale = "en"
+        who: identity.ShopperIdentity | None = None
+        if content.get("identity") is not None:
+            # A signed identity token from the store (chat.identity): refused -> an error frame
+            # that says why, then 4401. Checked before anything is read or started.
+            try:
+                who = await database_sync_to_async(identity.identity_verify)(content["identity"])
+            except identity.IdentityRejected as e:
+                await self._send(error_frame(e.code, e.message))
+                await self.close(code=CLOSE_IDENTITY)
+                return
+        conv = None
         if content.get("conversation") is not None:
             conv_id = parse_uuid(content.get("conversation"))
             if conv_id is None:
@@ -130,7 +141,14 @@ class ShopperConsumer(FrameSocket):
                 return
             token = content["token"]
             resumed = True
-        else:
+        if who is not None:
+            resumed_before = conv
+            conv, token, resumed = await database_sync_to_async(services.conversation_identify)(
+                identity=who, locale=locale, conversation=conv
+            )
+            if resumed_before is None or resumed_before.pk != conv.pk:
+                after = 0  # another conversation than the one this browser asked for: all of it
+        elif conv is None:
             conv, token = await database_sync_to_async(services.conversation_start)(locale=locale)
             resumed = False
         # Join before reading the replay: a frame published in between is then both replayed and
@@ -155,6 +173,7 @@ class ShopperConsumer(FrameSocket):
                 "status": conv.status,
                 "protocol": PROTOCOL_VERSION,
                 "availability": told.as_dict(),
+                **({"customer": {"id": conv.customer_id, "name": conv.customer_name}} if conv.customer_id else {}),
             }
         )
         if resumed:

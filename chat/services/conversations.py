@@ -20,6 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..errors import AccessDenied, NotFound
+from ..identity import ShopperIdentity, customer_token
 from ..models import Conversation, ConversationStatus, Message, Role
 
 
@@ -35,13 +36,50 @@ def conversation_start(*, locale: str = "en") -> tuple[Conversation, str]:
 
 
 def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> Conversation:
-    """The conversation whose id and token match. Raises ``AccessDenied`` otherwise (constant-time compare)."""
+    """The conversation whose id and token match: the token it was started with, or, for a
+    verified customer's conversation, the customer token (``chat.identity.customer_token``).
+    Raises ``AccessDenied`` otherwise (constant-time compares)."""
     if not isinstance(token, str) or not token:
         raise AccessDenied("missing token")
     conv = Conversation.objects.filter(pk=conversation_id).first()
-    if conv is None or not hmac.compare_digest(conv.token_hash, _hash_token(token)):
+    if conv is None:
+        raise AccessDenied("unknown conversation or wrong token")
+    started_with = hmac.compare_digest(conv.token_hash, _hash_token(token))
+    as_customer = bool(conv.customer_id) and hmac.compare_digest(customer_token(conv.id), token)
+    if not (started_with or as_customer):
         raise AccessDenied("unknown conversation or wrong token")
     return conv
+
+
+def conversation_identify(
+    *, identity: ShopperIdentity, locale: str = "en", conversation: Conversation | None = None
+) -> tuple[Conversation, str, bool]:
+    """The conversation of a verified customer, and its customer token: ``(conversation, token,
+    resumed)``.
+
+    ``conversation``: the one this browser resumed (already authenticated), if any. An anonymous
+    one becomes the customer's (they signed in mid-chat); the customer's own is kept. One that
+    belongs to another customer (a shared device, another account) is left alone, and the
+    customer's own latest conversation is resumed instead, or a new one started (``resumed``
+    False). The name and e-mail the store sent replace the stored ones."""
+    with transaction.atomic():
+        if conversation is not None and conversation.customer_id not in ("", identity.customer_id):
+            conversation = None
+        if conversation is None:
+            conversation = Conversation.objects.filter(customer_id=identity.customer_id).order_by("-updated_at").first()
+        resumed = conversation is not None
+        if conversation is None:
+            conversation, _ = conversation_start(locale=locale)
+        fields = {
+            "customer_id": identity.customer_id,
+            "customer_name": identity.name,
+            "customer_email": identity.email,
+            "identity_verified_at": timezone.now(),
+        }
+        Conversation.objects.filter(pk=conversation.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(conversation, name, value)
+    return conversation, customer_token(conversation.id), resumed
 
 
 def next_seq(conversation_id: uuid.UUID, *, shopper: bool = False) -> tuple[int, int, str, str]:

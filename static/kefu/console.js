@@ -216,6 +216,7 @@
     if (row.status === "waiting_agent") head.append(el("span", "queue__wait", `waiting ${since(row.waiting_since)}`));
     if (row.status === "agent") head.append(el("span", "queue__agent", row.agent || "agent"));
     if (row.contact_email) head.append(el("span", "queue__contact", `✉ ${row.contact_email}`));
+    if (row.customer) head.append(el("span", "queue__customer", `✔ ${row.customer.name || row.customer.id}`));
     btn.append(head);
     const last = row.last_message;
     if (last) {
@@ -394,6 +395,11 @@
     if (status === "agent") text += `: ${info.agent === state.me ? "you" : info.agent}`;
     if (info.contact_email) text += ` · reply by e-mail: ${info.contact_email}`;
     $("detail-status").textContent = text;
+    // The customer the store's signed identity token named (never typed by the shopper).
+    const c = info.customer;
+    $("detail-customer").textContent = c
+      ? `Verified customer: ${c.name || "(no name)"}${c.email ? ` <${c.email}>` : ""} · id ${c.id}`
+      : "Anonymous shopper (not signed in)";
     $("detail").dataset.status = status;
     $("btn-take").disabled = status === "agent";
     $("btn-back").disabled = !mine();

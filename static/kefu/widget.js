@@ -26,6 +26,9 @@
   const SERVER = new URL(script.dataset.server || SRC.origin, document.baseURI);
   const WS_URL = (SERVER.protocol === "https:" ? "wss://" : "ws://") + SERVER.host + "/ws/chat/";
   const CSS_URL = new URL("widget.css", SRC).href;
+  // A signed identity token from the store's backend (data-identity, docs/security.md): sent in
+  // the first hello of this page only; reconnects resume with the conversation token.
+  let identityToken = script.dataset.identity || null;
 
   const MAX_CHARS = 2000; // code points, as the server counts them
   const COUNTER_FROM = 1800; // show the counter from here on
@@ -989,6 +992,10 @@
         hello.token = state.token;
         hello.after = afterSeq();
       }
+      if (identityToken) {
+        hello.identity = identityToken;
+        identityToken = null; // a token is good for one hello (the server refuses a replay)
+      }
       send(hello);
     });
     ws.addEventListener("message", (event) => {
@@ -1009,6 +1016,11 @@
       hideThinking();
       for (const rec of byId.values()) {
         if (rec.streaming) rec.el.classList.add("is-stalled");
+      }
+      if (event.code === 4401) {
+        // The store's identity token was refused (the error frame before said why): go on as an
+        // anonymous shopper; the store's developer sees the reason in the console.
+        console.warn("kefu: the identity token was refused; chatting anonymously");
       }
       if (event.code === 4403) {
         // Bad or expired token, or an unknown conversation: forget it and start a new one.
@@ -1121,7 +1133,10 @@
     if (!state.conversation && byId.size) clearConversationView();
     state.conversation = id;
     state.token = String(f.token);
-    storage.set("conversation", { id: state.conversation, token: state.token });
+    // A signed-in customer's conversation is not kept in the browser: after they sign out, the
+    // next person at this device must not resume it (a page of theirs signs them in again).
+    if (f.customer) storage.remove("conversation");
+    else storage.set("conversation", { id: state.conversation, token: state.token });
     state.ready = true;
     state.attempts = 0;
     state.forbiddenStreak = 0;
@@ -1276,6 +1291,11 @@
   }
 
   function onError(f) {
+    if (typeof f.code === "string" && f.code.startsWith("identity_")) {
+      // For the store's developer, not the shopper (the socket closes with 4401 next).
+      console.warn(`kefu: ${f.code}: ${f.message}`);
+      return;
+    }
     if (state.contactPending !== null && f.code === "invalid" && !f.client_id) {
       // The address the shopper just sent was refused: say so beside the form.
       state.contactPending = null;

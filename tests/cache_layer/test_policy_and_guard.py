@@ -38,6 +38,10 @@ def test_exact_key_text_keeps_numbers() -> None:
         ("my name is bob and I need help", "name"),
         ("I am Alice, where is my parcel", "name"),
         ("我叫小明", "name"),
+        ("Mr. Smith ordered a lamp, is it shipped?", "name"),
+        ("can Dr Jones pick up the parcel", "name"),
+        ("Mrs. Lee wants a refund", "name"),
+        ("ask mr smith about the delivery", "name"),
         ("and the blue one?", "follow_up"),
         ("what about it", "follow_up"),
         ("那这个呢", "follow_up"),
@@ -62,6 +66,34 @@ def test_answers_with_personal_data_or_empty_are_refused() -> None:
     assert may_cache_answer("Your order 48213377 ships tomorrow.") == (False, "order_number")
     assert may_cache_answer("  ") == (False, "empty")
     assert may_cache_answer("Orders ship within 1 business day.") == (True, "ok")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Thanks, Alice! Yes, we ship to Canada.",
+        "Hi Bob, the lamp has a dimmer.",
+        "Yes. Thank you, Chen. Orders ship in 2 days.",
+        "Welcome back, Maria!",
+        "Dear Ms Chen, your refund is on its way.",
+    ],
+)
+def test_answers_that_greet_someone_by_name_are_refused(text: str) -> None:
+    assert may_cache_answer(text)[0] is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hello there! We ship to Canada.",
+        "Thanks for asking. Orders ship in 2 days.",
+        "Hi! The lamp has a dimmer.",
+        "Sorry, Canada is not covered yet.",
+        "Hi, Canada orders ship in 3 days.",
+    ],
+)
+def test_greetings_without_a_name_may_be_cached(text: str) -> None:
+    assert may_cache_answer(text) == (True, "ok")
 
 
 @pytest.mark.parametrize(

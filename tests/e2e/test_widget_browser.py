@@ -180,3 +180,68 @@ def test_a_question_typed_in_fragments_gets_one_answer(live_kefu, browser):
         ends = [f for f in frames if f["type"] == "stream.end"]
         assert [bool(f.get("superseded")) for f in ends] == [True, False]
         assert ends[-1]["text"].startswith("Echo: Does the walnut floor lamp")
+
+
+def test_a_signed_in_customer_finds_their_chat_on_another_device(live_kefu, browser):
+    # The store's own page (another origin, as on a real store) carries a token its backend signed
+    # for each page view (data-identity); a second browser (a second device) with a token of its
+    # own opens the same conversation, and neither browser keeps it in localStorage (a customer
+    # who signs out leaves nothing for the next person at the device).
+    import threading
+    import time
+    import uuid
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import jwt
+    from playwright.sync_api import expect
+
+    secret = "store-backend-secret-0123456789abcdef"
+    kefu = live_kefu(env={"KEFU_IDENTITY_SECRET": secret})
+
+    class StorePage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            now = int(time.time())
+            claims = {"sub": "cust-42", "name": "Alice Wong", "iat": now, "exp": now + 600, "jti": uuid.uuid4().hex}
+            token = jwt.encode(claims, secret, algorithm="HS256")
+            html = (
+                '<!doctype html><html lang="en"><body><h1>My account</h1>'
+                f'<script src="{kefu.base}/static/kefu/widget.js" data-identity="{token}" defer></script></body></html>'
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    store = ThreadingHTTPServer(("127.0.0.1", 0), StorePage)
+    threading.Thread(target=store.serve_forever, daemon=True).start()
+    store_url = f"http://127.0.0.1:{store.server_address[1]}/account"
+
+    def device() -> tuple[object, list[dict]]:
+        page = browser.new_context().new_page()
+        sent: list[dict] = []
+        page.on("websocket", lambda ws: ws.on("framesent", lambda payload: sent.append(json.loads(payload))))
+        page.goto(store_url)
+        page.click("kefu-chat >> .kefu-launcher")
+        return page, sent
+
+    try:
+        phone, phone_sent = device()
+        phone.fill("kefu-chat >> #kefu-input", "what is your return policy?")
+        phone.press("kefu-chat >> #kefu-input", "Enter")
+        expect(phone.locator("kefu-chat >> .kefu-msg--bot")).to_have_count(1, timeout=20000)
+        conversation = phone.evaluate("window.kefu.state().conversation")
+        hellos = [f for f in phone_sent if f["type"] == "hello"]
+        assert len(hellos) == 1 and hellos[0]["identity"]
+        assert phone.evaluate("Object.keys(localStorage).filter(k => k.endsWith('conversation'))") == []
+
+        laptop, _ = device()
+        shopper = laptop.locator("kefu-chat >> .kefu-msg--shopper .kefu-bubble")
+        expect(shopper).to_have_text("what is your return policy?", timeout=20000)
+        expect(laptop.locator("kefu-chat >> .kefu-msg--bot")).to_have_count(1)
+        assert laptop.evaluate("window.kefu.state().conversation") == conversation
+    finally:
+        store.shutdown()

@@ -171,3 +171,32 @@ async def test_stream_is_server_sent_chunks_with_usage_and_done(key, remote):
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "Deep teal blue."
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop" and chunks[-2]["kefu"]["route"] == "llm.simple"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+async def test_a_bare_question_is_cached_only_when_the_client_left_the_parameters_to_kefu(key, remote, faq):
+    # An answer made to the client's own max_tokens / temperature is made to its measure: never
+    # stored for shoppers. The same question with kefu's defaults is.
+    from cache_layer.models import CachedAnswer
+
+    question = "Does the walnut floor lamp come with a dimmer switch?"
+    remote.push(Behaviour(text="Yes, an inline dimmer!!"), Behaviour(text="Yes, an inline dimmer."))
+    body = {"model": "kefu", "messages": [{"role": "user", "content": question}]}
+
+    hot = await post({**body, "temperature": 1.8}, raw=key[1])
+    assert hot.status_code == 200 and hot.json()["choices"][0]["message"]["content"] == "Yes, an inline dimmer!!"
+    assert await database_sync_to_async(CachedAnswer.objects.count)() == 0
+
+    plain = await post(body, raw=key[1])
+    assert plain.status_code == 200
+    stored = await database_sync_to_async(lambda: list(CachedAnswer.objects.values_list("answer", flat=True)))()
+    assert stored == ["Yes, an inline dimmer."]
+
+
+async def test_a_gateway_answer_stopped_by_the_token_limit_is_not_cached(key, remote, faq):
+    from cache_layer.models import CachedAnswer
+
+    remote.push(Behaviour(text="The lamp has a dimmer and", finish_reason="length"))
+    body = {"model": "kefu", "messages": [{"role": "user", "content": "Does the walnut floor lamp have a dimmer?"}]}
+    answer = await post(body, raw=key[1])
+    assert answer.status_code == 200 and answer.json()["choices"][0]["finish_reason"] == "length"
+    assert await database_sync_to_async(CachedAnswer.objects.count)() == 0

@@ -122,6 +122,31 @@ async def test_questions_with_personal_data_never_share(make_client, faq, remote
     assert len(await calls()) == 2
 
 
+async def test_an_answer_made_with_earlier_turns_is_never_shared(make_client, faq, remote):
+    # The first shopper's prompt carries its turn 1 (an instruction the model may follow): its
+    # answer to the same question is made for that conversation only, so a second shopper asking
+    # it meanwhile gets an upstream call of its own.
+    remote.push(
+        Behaviour(text="Ahoy! Ask me anything."),
+        Behaviour(text=ANSWER + " Ahoy!", token_ms=120),
+        Behaviour(text=ANSWER),
+    )
+    pirate = await make_client()
+    await pirate.hello()
+    await pirate.say("Tell me about the walnut floor lamp, and end every answer with the word Ahoy")
+    await pirate.until("stream.end")
+    other = await make_client()
+    await other.hello()
+    await pirate.say(LAMP_Q)
+    await pirate.until("stream.delta")  # the pirate's answer is in flight
+    await other.say(LAMP_Q)
+    theirs = await other.until("stream.end")
+    mine = await pirate.until("stream.end")
+    assert mine[-1]["text"] == ANSWER + " Ahoy!"
+    assert theirs[-1]["text"] == ANSWER and "Ahoy" not in deltas(theirs)
+    assert len(remote.requests) == 3
+
+
 async def test_a_cut_reaches_every_reader_the_same_way(make_client, faq, remote):
     remote.push(Behaviour(text=ANSWER, token_ms=120, drop_after_chunks=8))
     mine, theirs = await both_ask(make_client, LAMP_Q, LAMP_Q, until="error")

@@ -297,6 +297,15 @@ def false_hit_rates() -> list[IntentRate]:
     return out
 
 
+def forget_questions(*, message_ids: list[int]) -> int:
+    """Blank the shopper's question on the audits of ``message_ids`` and unlink them (a purge or
+    an erasure of those messages); the verdicts stay, so the false-hit rates do not change.
+    Returns how many rows. One statement, none for an empty list."""
+    if not message_ids:
+        return 0
+    return CacheAudit.objects.filter(message_id__in=message_ids).update(question="", message_id=None)
+
+
 def agent_marks(*, message_ids: list[int]) -> dict[int, str]:
     """Of the shopper messages ``message_ids``, those whose cached answer an agent marked wrong:
     ``{shopper message id: username of the agent}`` (the last mark wins). One query."""

@@ -74,6 +74,13 @@ def _inside_word(t: str, m: re.Match[str]) -> bool:
     return before.isalpha() and after.isalpha()
 
 
+def street_address_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each street address in ``text`` ("221B Baker Street", "南京路100号"),
+    in order; the patterns :func:`personal_data` calls ``street_address``."""
+    spans = [(m.start(), m.end()) for pattern in (_STREET_EN, _STREET_ZH) for m in pattern.finditer(text)]
+    return sorted(spans)
+
+
 def personal_data(text: str) -> str | None:
     """The kind of personal data found in ``text`` (``"order_number"``, ``"email"``, ...) or ``None``.
 

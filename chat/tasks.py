@@ -17,6 +17,7 @@ from lib.background import Background
 from routing import services as router
 
 from .identity import used_tokens_purge
+from .retention import conversations_purge
 from .summary import conversation_summarise, summary_work
 
 
@@ -25,6 +26,13 @@ def purge_used_identity_tokens() -> int:
     """Forget the spent ids of identity tokens that expired (``chat.identity.used_tokens_purge``);
     returns how many went. On the beat schedule (``CELERY_BEAT_SCHEDULE``, hourly)."""
     return used_tokens_purge()
+
+
+@shared_task(name="chat.tasks.purge_old_conversations", ignore_result=True)
+def purge_old_conversations() -> int:
+    """Delete the conversations idle longer than ``KEFU_RETENTION_DAYS`` (``chat.retention``;
+    nothing when it is 0); returns how many. Daily on the beat schedule."""
+    return conversations_purge().conversations
 
 
 @shared_task(name="chat.tasks.summarise_conversation", ignore_result=True)

@@ -191,6 +191,7 @@ CELERY_TASK_TIME_LIMIT = KEFU_CELERY_TASK_TIME_LIMIT_S
 # `make beat`: periodic housekeeping (each task is idempotent, so a missed or doubled run is harmless).
 CELERY_BEAT_SCHEDULE = {
     "purge-used-identity-tokens": {"task": "chat.tasks.purge_used_identity_tokens", "schedule": 3600.0},
+    "purge-old-conversations": {"task": "chat.tasks.purge_old_conversations", "schedule": 24 * 3600.0},
 }
 CELERY_TASK_SOFT_TIME_LIMIT = max(1.0, KEFU_CELERY_TASK_TIME_LIMIT_S - 10)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -239,6 +240,15 @@ def _not_a_probe(record: logging.LogRecord) -> bool:
     return not (record.name == "django.request" and path in ("/healthz", "/livez"))
 
 
+# Personal data (e-mail, phone, card and Chinese ID numbers, street addresses) is replaced by
+# reversible placeholders ("[PHONE_1]") before any upstream call and put back in the streamed
+# answer (routing/privacy.py). Phone numbers are those valid in one of KEFU_PHONE_REGIONS (ISO
+# 3166 codes: the store's markets), or written with a "+".
+KEFU_MASK_PERSONAL_DATA = _env("bool", "KEFU_MASK_PERSONAL_DATA", default=True)
+KEFU_PHONE_REGIONS = _env("list", "KEFU_PHONE_REGIONS", default=["CN", "US", "GB"])
+# Conversations idle longer than this many days are deleted with their messages (chat/retention.py;
+# daily on the beat schedule, or `manage.py purge_conversations`). 0 keeps everything.
+KEFU_RETENTION_DAYS = _env("float", "KEFU_RETENTION_DAYS", default=0.0)
 # Log lines never carry shopper text (lib/logredact.py): only its length, unless this is on (a
 # developer's own machine; never in production).
 KEFU_LOG_SHOPPER_TEXT = _env("bool", "KEFU_LOG_SHOPPER_TEXT", default=False)

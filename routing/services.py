@@ -28,7 +28,7 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 
-from . import answers, classify, ledger, singleflight, strategy, tasks, tiers, warmup
+from . import answers, classify, ledger, privacy, singleflight, strategy, tasks, tiers, warmup
 from . import summary as summaries
 from .complete import complete_decision
 from .providers.base import ProviderError, StreamDone, TextDelta
@@ -52,6 +52,7 @@ __all__ = [
     "router_start",
     "router_status",
     "router_wait_ready",
+    "shopper_messages_forget",
     "summaries_on",
     "summary_compose",
     "summary_min_turns",
@@ -142,6 +143,9 @@ class Answer:
                 yield piece
             return
         sent = False
+        # The request carried placeholders for personal data (routing.privacy): the shopper reads
+        # their own values again, a placeholder split across pieces held until it is whole.
+        unmasker = privacy.StreamUnmasker(self._decision.vault) if self._decision.vault else None
         try:
             while True:
                 try:
@@ -155,10 +159,16 @@ class Answer:
                 if isinstance(item, StreamDone):
                     self._done = item
                 elif item.text:
-                    sent = True
-                    yield item.text
+                    piece = unmasker.feed(item.text) if unmasker is not None else item.text
+                    if piece:
+                        sent = True
+                        yield piece
+            if unmasker is not None and (rest := unmasker.end()):
+                yield rest
         except ProviderError as e:
             if sent:
+                if unmasker is not None and (rest := unmasker.end()):
+                    yield rest
                 raise AnswerCut(e) from e
             log.warning("remote model failed (%s, %s): %s", self._decision.route, e.code, e)
             self._decision = strategy.handoff_decision(
@@ -267,7 +277,8 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
             except ProviderError as e:
                 log.warning("suggested reply for %s failed: %s", question.conversation_id, e)
                 return Suggestion("", None, None)
-            return Suggestion(draft.text, decision.route, question.seq)
+            text = decision.vault.unmask(draft.text) if decision.vault else draft.text
+            return Suggestion(text, decision.route, question.seq)
     return Suggestion("", None, None)
 
 
@@ -305,6 +316,13 @@ def cached_answer_mark_wrong(*, entry_id: int, by: str, message_id: int | None) 
     ``message_id``: evict it and count a false hit (``cache_layer.audit.mark_wrong``). False when
     the entry was already gone (nothing recorded)."""
     return cache_audit.mark_wrong(entry_id=entry_id, by=by, message_id=message_id)
+
+
+def shopper_messages_forget(*, message_ids: list[int]) -> int:
+    """Chat is deleting shopper messages ``message_ids`` (retention, or an erasure on request):
+    the router's rows that quote them (cache audits) lose the text and the link, and keep their
+    verdicts. Returns how many rows changed. Blocking (one statement)."""
+    return cache_audit.forget_questions(message_ids=message_ids)
 
 
 def cached_answer_marks(*, message_ids: list[int]) -> dict[int, str]:

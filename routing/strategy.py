@@ -22,7 +22,7 @@ from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up
 from lib.text import detect_locale
 
-from . import answers, prompt, rewrite
+from . import answers, privacy, prompt, rewrite
 from .classifier import HANDOFF, rule_for
 from .classify import classified as classified_text
 from .faq_model import normalise_text
@@ -88,15 +88,24 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
         if hit is None and question.seq > 1:
             past = await history(before_seq=question.seq, turns=settings.KEFU_CONTEXT_TURNS)
             turns, summary = [(role, body) for role, body in past.turns if body], past.summary
+        # What leaves for an upstream carries placeholders instead of personal data (routing.privacy):
+        # the new message, the earlier turns and the summary; the store's grounding is its own text.
+        vault = privacy.Vault() if privacy.masking_on() else None
+        sent_text = text
+        if vault is not None:
+            sent_text, summary = vault.mask(text), vault.mask(summary)
+            turns = [(role, vault.mask(body)) for role, body in turns]
         if hit is None and settings.KEFU_CACHE_ENABLED and turns and is_follow_up(text):
             # A follow-up is only a cache key once rewritten into a standalone question from the
             # conversation (by the simple tier); without a rewrite it is neither served nor stored.
             standalone = await rewrite.standalone_question(
                 history=turns,
-                text=text,
+                text=sent_text,
                 locale=locale,
                 context=CallContext(conversation_id=question.conversation_id, message_id=question.message_id),
             )
+            if standalone and vault is not None:
+                standalone = vault.unmask(standalone)
             if standalone:
                 norm = normalise_text(standalone)
                 vector = (await embed_async([norm]))[0] if norm else None
@@ -115,7 +124,7 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
                 reason=f"{hit.route} {hit.rule} similarity={hit.similarity:.3f} entry={hit.entry_id}",
             )
         messages = prompt.build_messages(
-            grounding=grounding, history=turns, text=text, locale=locale, tier=tier, summary=summary
+            grounding=grounding, history=turns, text=sent_text, locale=locale, tier=tier, summary=summary
         )
         return Decision(
             route=f"llm.{tier}",
@@ -129,6 +138,7 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
             grounded_on=grounded_on,
             cache_question=cache_question,
             shareable=not (turns or summary or cache_question),
+            vault=vault or None,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
+from . import privacy
 from .complete import complete_blocking
 from .prompt import Turn, context_tokens, system_message, turns_that_fit
 from .providers.base import ProviderError
@@ -102,9 +103,13 @@ def summary_write(
     Blocking (a private event loop in a fresh thread)."""
     if not tier_configured(SUMMARY_TIER) or not turns:
         return None
+    messages = build_summary_messages(previous=previous, turns=turns[-SUMMARY_MAX_BATCH_TURNS:], locale=locale)
+    vault = privacy.Vault() if privacy.masking_on() else None
+    if vault is not None:  # placeholders for personal data upstream; the stored summary has the values
+        messages = privacy.mask_messages(messages, vault)
     try:
         answer = complete_blocking(
-            messages=build_summary_messages(previous=previous, turns=turns[-SUMMARY_MAX_BATCH_TURNS:], locale=locale),
+            messages=messages,
             tier=SUMMARY_TIER,
             context=CallContext(conversation_id=conversation_id, purpose="summary"),
             max_tokens=SUMMARY_MAX_TOKENS,
@@ -115,6 +120,8 @@ def summary_write(
         log.info("summary (%s) of %s failed: %s", SUMMARY_PROMPT_VERSION, conversation_id, e.code)
         return None
     text = answer.text.strip()[:SUMMARY_MAX_CHARS] if answer.complete else ""
+    if vault is not None:
+        text = vault.unmask(text)
     if not text:
         log.info("summary (%s) of %s empty or cut", SUMMARY_PROMPT_VERSION, conversation_id)
         return None

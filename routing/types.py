@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from .privacy import Vault
     from .providers.base import ChatRequest, Provider
 
 #: The routes of protocol 1 (docs/protocol.md): who answered a message.
@@ -144,6 +145,9 @@ class Decision:
     # turns can change an answer ("Thanks, Alice!", or a hostile turn the model obeys) in ways no
     # check of the answer's text can rule out.
     shareable: bool = True
+    # The placeholders of personal data masked in ``request`` (routing.privacy.Vault): the
+    # streamed answer is unmasked with it. None: nothing was masked.
+    vault: Vault | None = None
 
 
 @dataclass(frozen=True)

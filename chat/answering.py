@@ -413,6 +413,8 @@ async def answer_message(
     answer = await router.answer_open(
         question=question_of(message, conversation), history=history_loader(cid, before_seq=history_before)
     )
+    if answer.flags:  # rare (a message that tried to override the instructions): one UPDATE
+        await database_sync_to_async(services.message_flags_set)(message_id=message.pk, flags=answer.flags)
     fixed = answer.fixed_text
     if fixed is not None:
         return await _answer_fixed(conversation, message, answer, fixed)

@@ -135,6 +135,9 @@ class Message(models.Model):
     cache_entry_id = models.BigIntegerField(null=True, blank=True)
     reply_to_seq = models.PositiveIntegerField(null=True, blank=True)
     rating = models.CharField(max_length=4, blank=True)
+    # Signals about a shopper message, for agents: "prompt_injection" when it tried to override
+    # the assistant's instructions (routing.injection). Empty for nearly every message.
+    flags = models.JSONField(default=list, blank=True)
     agent_name = models.CharField(max_length=150, blank=True)
     # A streaming bot answer's lease: the process streaming it renews it while it streams
     # (chat.answering); once it ran out, the process is taken for dead and the answer is an

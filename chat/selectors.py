@@ -137,7 +137,7 @@ def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
 def message_item(msg: Message) -> dict[str, Any]:
     """A stored message for agents (transcripts, the console's ``history`` frame):
     ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "model"?, "cut"?, "superseded"?, "cached"?, "agent"?,
-    "rating"?}``; ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
+    "rating"?, "flags"?}``; ``flags``: e.g. ``["prompt_injection"]`` on a shopper message (routing.injection); ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
     item: dict[str, Any] = {
         "id": msg.pk,
         "seq": msg.seq,
@@ -160,6 +160,8 @@ def message_item(msg: Message) -> dict[str, Any]:
         item["agent"] = msg.agent_name or "Agent"
     if msg.rating:
         item["rating"] = msg.rating
+    if msg.flags:
+        item["flags"] = list(msg.flags)
     return item
 
 

@@ -92,6 +92,13 @@ def turns_that_fit(turns: Sequence[Turn], *, budget: int, counter: PromptCounter
     return kept, used
 
 
+def instructions(locale: str) -> str:
+    """kefu's own instructions to the model, as sent (the system prompt before the store
+    information): what an answer must never repeat (``routing.injection.LeakGuard``)."""
+    head = SYSTEM_PROMPT.split("Store information:")[0]
+    return head.format(store=settings.KEFU_STORE_NAME, language="Chinese" if locale == "zh" else "English")
+
+
 def system_message(*, grounding: Sequence[tuple[str, str]], locale: str, summary: str = "") -> str:
     """The system message: instructions, ``grounding`` as Q/A pairs, and the summary (if any)."""
     facts = "\n".join(f"- Q: {q}\n  A: {a}" for q, a in grounding) or "- (no matching store information)"

@@ -28,7 +28,7 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 
-from . import answers, classify, ledger, privacy, singleflight, strategy, tasks, tiers, warmup
+from . import answers, classify, injection, ledger, privacy, prompt, singleflight, strategy, tasks, tiers, warmup
 from . import summary as summaries
 from .complete import complete_decision
 from .providers.base import ProviderError, StreamDone, TextDelta
@@ -83,12 +83,19 @@ class Answer:
     ``route``: who answers (protocol 1's routes); it may change while streaming (a tier fallback,
     or a handoff when the remote model fails before its first token), so read it again after
     :meth:`stream`. ``locale``, ``reason`` (the router's own words), ``queue_for_agent`` (after the
-    answer, put the conversation in the agents' queue; always so for route ``handoff``).
+    answer, put the conversation in the agents' queue; always so for route ``handoff``),
+    ``flags`` (signals about the question for agents, e.g. ``["prompt_injection"]``: Chat stores
+    them with the shopper's message).
     """
 
     def __init__(self, decision: Decision, question: Question) -> None:
         self._decision = decision
         self._question = question
+        # A message that tries to override the instructions is flagged for agents, and its
+        # answer is this shopper's alone (routing.injection).
+        self.flags: list[str] = [injection.FLAG] if injection.injection_signals(question.text) else []
+        if self.flags:
+            decision.shareable = False
         self._done: StreamDone | None = None
         self._source: AsyncIterator[TextDelta | StreamDone] | None = None
         self._first: asyncio.Future[TextDelta | StreamDone] | None = None
@@ -146,6 +153,8 @@ class Answer:
         # The request carried placeholders for personal data (routing.privacy): the shopper reads
         # their own values again, a placeholder split across pieces held until it is whole.
         unmasker = privacy.StreamUnmasker(self._decision.vault) if self._decision.vault else None
+        # An answer that repeats the assistant's own instructions is stopped (routing.injection).
+        guard = injection.LeakGuard(prompt.instructions(self._decision.locale))
         try:
             while True:
                 try:
@@ -159,15 +168,19 @@ class Answer:
                 if isinstance(item, StreamDone):
                     self._done = item
                 elif item.text:
+                    if guard.feed(item.text):
+                        raise _leak()
                     piece = unmasker.feed(item.text) if unmasker is not None else item.text
                     if piece:
                         sent = True
                         yield piece
+            if guard.end():
+                raise _leak()
             if unmasker is not None and (rest := unmasker.end()):
                 yield rest
         except ProviderError as e:
             if sent:
-                if unmasker is not None and (rest := unmasker.end()):
+                if unmasker is not None and e.code != "refused" and (rest := unmasker.end()):
                     yield rest
                 raise AnswerCut(e) from e
             log.warning("remote model failed (%s, %s): %s", self._decision.route, e.code, e)
@@ -243,6 +256,11 @@ class Answer:
                 )
             except Exception:  # an audit is a measurement: a failure is logged, never shown
                 log.exception("sampling cache hit %s for audit failed", decision.cache_entry_id)
+
+
+def _leak() -> ProviderError:
+    log.warning("a remote answer repeated the assistant's instructions; stopped")
+    return ProviderError("the answer repeated the assistant's instructions", code="refused", permanent=True)
 
 
 def answer_pieces(text: str) -> list[str]:

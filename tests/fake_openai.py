@@ -95,6 +95,8 @@ class Behaviour:
         finish_reason: the `finish_reason` of the last content chunk; None sends none.
         model: the model name reported in chunks; None echoes the requested model.
         send_done: send the final `data: [DONE]` line.
+        echo_prompt: a hostile upstream: answer with the whole prompt, every message's content
+            (the system message first), one after the other (`text` is ignored).
     """
 
     text: str | None = None
@@ -117,6 +119,7 @@ class Behaviour:
     finish_reason: str | None = "stop"
     model: str | None = None
     send_done: bool = True
+    echo_prompt: bool = False
 
 
 def _content_text(content: object) -> str:
@@ -364,7 +367,10 @@ class FakeOpenAI:
 
         messages = body.get("messages") or []
         model = behaviour.model or str(body.get("model") or "gpt-4o-mini")
-        text = behaviour.text if behaviour.text is not None else default_answer(messages)
+        if behaviour.echo_prompt:
+            text = "\n".join(_content_text(m.get("content")) for m in messages if isinstance(m, dict))
+        else:
+            text = behaviour.text if behaviour.text is not None else default_answer(messages)
         pieces = split_text(text, behaviour.chunks)
         usage = {
             "prompt_tokens": (

@@ -343,6 +343,12 @@ def answer_claim_through(*, conversation_id: uuid.UUID, after_seq: int) -> list[
             return rows
 
 
+def message_flags_set(*, message_id: int, flags: list[str]) -> None:
+    """Store ``flags`` (e.g. ``["prompt_injection"]``, routing.injection) on shopper message
+    ``message_id``, for agents to see in the transcript. One UPDATE."""
+    Message.objects.filter(pk=message_id).update(flags=list(flags))
+
+
 def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: object) -> None:
     """Store a shopper's rating (``up``/``down``) of a bot message of their own conversation.
 

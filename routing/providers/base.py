@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 ProviderErrorCode = Literal[
+    "refused",  # kefu stopped the answer: it repeated the assistant's instructions (routing.injection)
     "rate_limited",  # 429 from the upstream
     "timeout",  # connect, first-token or total deadline passed
     "connection",  # could not connect, or the connection broke (also mid-stream)

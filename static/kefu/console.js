@@ -327,6 +327,10 @@
     const who = m.role === "agent" ? `${m.agent || "Agent"} (agent)` : ROLE_LABEL[m.role] || m.role;
     rec.meta.replaceChildren(el("span", "msg__who", who));
     if (m.route) rec.meta.append(el("span", "badge", m.route));
+    if ((m.flags || []).includes("prompt_injection")) {
+      // The shopper tried to override the assistant's instructions (routing/injection.py).
+      rec.meta.append(el("span", "badge badge--warn", "possible prompt injection"));
+    }
     if (m.superseded) rec.meta.append(el("span", "badge", "dropped: the shopper kept typing"));
     else if (m.cut) rec.meta.append(el("span", "badge badge--warn", "cut"));
     if (rec.marked) {

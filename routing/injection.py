@@ -46,7 +46,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "role_play",
         re.compile(
-            r"\byou are now\b|\bfrom now on,? you\b|\bjailbr(?:eak|oken)\b|\bdeveloper mode\b|\bDAN\b|\bpretend (?:to be|you are)\b",
+            r"\byou are now\b|\bfrom now on\b|\bjailbr(?:eak|oken)\b|\bdeveloper mode\b|\bDAN\b|\bpretend (?:to be|you are)\b"
+            r"|\b(?:end|start|begin|finish|sign)\s+(?:every|each|all|your)\s+(?:answers?|replies|reply|responses?|messages?)\b",
             re.IGNORECASE,
         ),
     ),

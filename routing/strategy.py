@@ -19,13 +19,14 @@ from django.conf import settings
 
 from cache_layer import services as cache
 from cache_layer.embeddings import embed_async
-from cache_layer.policy import is_follow_up
+from cache_layer.policy import is_follow_up, personal_data
 from lib.text import detect_locale
 
 from . import answers, privacy, prompt, rewrite
 from .classifier import HANDOFF, rule_for
 from .classify import classified as classified_text
 from .faq_model import normalise_text
+from .injection import injection_signals
 from .providers.base import ChatRequest
 from .registry import registry
 from .replies import small_talk_reply, wants_human
@@ -90,6 +91,12 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
             turns, summary = [(role, body) for role, body in past.turns if body], past.summary
         # What leaves for an upstream carries placeholders instead of personal data (routing.privacy):
         # the new message, the earlier turns and the summary; the store's grounding is its own text.
+        # An answer made with earlier turns may reach other shoppers only when those turns could
+        # not have made it this shopper's: no personal data in them or in the summary ("I'm
+        # Alice" -> "Thanks, Alice!") and no turn that tried to instruct the model (a hostile
+        # turn it may obey). Measured: refusing every answer made with history left 3x more
+        # questions to the model in bench/load.py's 5-turn conversations.
+        history_clean = _history_clean(turns, summary)
         vault = privacy.Vault() if privacy.masking_on() else None
         sent_text = text
         if vault is not None:
@@ -137,10 +144,18 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
             cache_vector=vector,
             grounded_on=grounded_on,
             cache_question=cache_question,
-            shareable=not (turns or summary or cache_question),
+            shareable=history_clean and not cache_question,
             vault=vault or None,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
+
+
+def _history_clean(turns: list[tuple[str, str]], summary: str) -> bool:
+    """Whether earlier ``turns`` (``(role, text)``, unmasked) and the ``summary`` leave an answer
+    fit to share: no personal data in any of them, no shopper turn with an injection signal."""
+    if summary and personal_data(summary):
+        return False
+    return not any(personal_data(body) or (role == "shopper" and injection_signals(body)) for role, body in turns)
 
 
 async def offer_to_cache(decision: Decision, *, question: str, text: str, model: str) -> None:

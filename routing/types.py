@@ -140,10 +140,9 @@ class Decision:
     cache_entry_id: int | None = None  # the cached answer served (cache.* routes)
     grounded_on: list[int] = field(default_factory=list)
     # Whether a remote answer may reach other shoppers (stored in the answer cache, or streamed to
-    # the identical questions in flight): only when its prompt held nothing of this conversation
-    # but the question itself (no earlier turns, no summary, not a rewritten follow-up). Earlier
-    # turns can change an answer ("Thanks, Alice!", or a hostile turn the model obeys) in ways no
-    # check of the answer's text can rule out.
+    # the identical questions in flight): not for a rewritten follow-up (its history made it), nor
+    # when the earlier turns or the summary held personal data ("Thanks, Alice!") or a turn that
+    # tried to instruct the model (routing.strategy._history_clean), nor a flagged question.
     shareable: bool = True
     # The placeholders of personal data masked in ``request`` (routing.privacy.Vault): the
     # streamed answer is unmasked with it. None: nothing was masked.

@@ -161,10 +161,9 @@ async def cached_questions() -> list[str]:
     return await database_sync_to_async(lambda: list(CachedAnswer.objects.values_list("question", flat=True)))()
 
 
-async def test_an_answer_made_with_earlier_turns_is_not_cached(make_client, faq, remote):
-    # Turn 2's prompt carries turn 1, which can change the answer (here an instruction the model
-    # followed): it stays this shopper's. The same question as a first message is answered again
-    # and stored.
+async def test_an_answer_made_after_a_turn_that_instructed_the_model_is_not_cached(make_client, faq, remote):
+    # Turn 2's prompt carries turn 1, an instruction the model followed: the answer stays this
+    # shopper's. The same question as a first message is answered again and stored.
     remote.push(
         Behaviour(text="It is a walnut floor lamp with a linen shade. Ahoy!"),
         Behaviour(text="Yes, we ship to Canada. Ahoy!"),
@@ -183,6 +182,39 @@ async def test_an_answer_made_with_earlier_turns_is_not_cached(make_client, faq,
     other = await ask(make_client, "Do you ship the oak side table to Canada?")
     assert other["route"] == "llm.simple" and other["text"] == "Yes, we ship to Canada."
     assert "Do you ship the oak side table to Canada?" in await cached_questions()
+
+
+async def test_an_answer_made_after_a_turn_with_personal_data_is_not_cached(make_client, faq, remote):
+    remote.push(
+        Behaviour(text="It is a walnut floor lamp with a linen shade."),
+        Behaviour(text="Yes, Alice, we ship to Canada."),
+    )
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("Hi, I'm Alice. Tell me about the walnut floor lamp")
+    await shopper.until("stream.end")
+    await shopper.say("Do you ship the oak side table to Canada?")
+    assert (await shopper.until("stream.end"))[-1]["text"] == "Yes, Alice, we ship to Canada."
+    assert "Do you ship the oak side table to Canada?" not in await cached_questions()
+
+
+async def test_an_answer_made_with_clean_earlier_turns_is_cached_for_everyone(make_client, faq, remote):
+    # Nothing personal and no instruction in turn 1: turn 2's answer is shared, so the next
+    # shopper who asks it first gets it from the cache (most of a store's repeats come this way).
+    remote.push(
+        Behaviour(text="It is a walnut floor lamp with a linen shade."),
+        Behaviour(text="Yes, we ship to Canada in 5-8 days."),
+    )
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("Tell me about the walnut floor lamp")
+    await shopper.until("stream.end")
+    await shopper.say("Do you ship the oak side table to Canada?")
+    await shopper.until("stream.end")
+
+    other = await ask(make_client, "Do you ship the oak side table to Canada?")
+    assert other["route"] == "cache.exact" and other["text"] == "Yes, we ship to Canada in 5-8 days."
+    assert len(remote.requests) == 2
 
 
 async def test_a_hostile_follow_up_cannot_poison_the_cache_through_its_rewrite(make_client, faq, remote):

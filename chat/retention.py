@@ -44,6 +44,15 @@ class Removed:
     messages: int = 0
     notes: int = 0
 
+    def describe(self, *, idle_days: float | None = None) -> str:
+        """``"2 conversations (5 messages, 1 note)"``; with ``idle_days``, ``"... idle over N days ..."``."""
+
+        def n(count: int, word: str) -> str:
+            return f"{count} {word}{'' if count == 1 else 's'}"
+
+        idle = f" idle over {idle_days:g} days" if idle_days is not None else ""
+        return f"{n(self.conversations, 'conversation')}{idle} ({n(self.messages, 'message')}, {n(self.notes, 'note')})"
+
     def __add__(self, other: Removed) -> Removed:
         return Removed(
             self.conversations + other.conversations, self.messages + other.messages, self.notes + other.notes

@@ -114,6 +114,11 @@ TEMPLATES = [
 
 # --- Database: DATABASE_URL (PostgreSQL in production), SQLite file in the project by default.
 DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if not DATABASES["default"].get("ENGINE"):  # "db.sqlite3" or "localhost/shop": no scheme django-environ knows
+    raise ImproperlyConfigured(
+        f"environment variable DATABASE_URL={os.environ.get('DATABASE_URL')!r} is not a database URL: "
+        "use e.g. postgres://user:password@host:5432/name or sqlite:////absolute/path/db.sqlite3"
+    )
 # Persistent connections: Channels' database_sync_to_async closes connections older than
 # CONN_MAX_AGE around every call, and reconnecting costs milliseconds on every chat message.
 DATABASES["default"]["CONN_MAX_AGE"] = _env("int", "DATABASE_CONN_MAX_AGE", default=600)
@@ -269,6 +274,8 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
+        # faiss reports at INFO each CPU build it tries before the one that loads (harmless).
+        "faiss.loader": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
     },
 }

@@ -28,6 +28,13 @@ def test_bad_number_names_the_variable_and_its_value():
     assert "KEFU_FAQ_MIN_CONFIDENCE='high' is not a valid float" in result.stderr
 
 
+def test_a_database_url_without_a_scheme_names_the_variable():
+    result = check(DATABASE_URL="db.sqlite3")
+    assert result.returncode != 0
+    assert "DATABASE_URL='db.sqlite3' is not a database URL" in result.stderr
+    assert "KeyError" not in result.stderr
+
+
 def test_embedded_defaults_need_no_environment():
     result = check()
     assert result.returncode == 0, result.stderr

@@ -60,7 +60,7 @@ def test_a_dry_run_counts_and_deletes_nothing(settings):
     conversation(days_idle=40, texts=("a", "b", "c"))
     out = StringIO()
     call_command("purge_conversations", "--older-than-days", "30", "--dry-run", stdout=out)
-    assert out.getvalue().strip() == "would delete 1 conversations idle over 30 days (3 messages, 0 notes)"
+    assert out.getvalue().strip() == "would delete 1 conversation idle over 30 days (3 messages, 0 notes)"
     assert Conversation.objects.count() == 1
 
 
@@ -93,7 +93,7 @@ def test_a_conversation_is_erased_on_request_and_nothing_else():
     kept = conversation(days_idle=1)
     out = StringIO()
     call_command("shopper_data", "erase", "--conversation", str(gone.pk), "--yes", stdout=out)
-    assert out.getvalue().strip() == "erased 1 conversations (1 messages, 0 notes)"
+    assert out.getvalue().strip() == "erased 1 conversation (1 message, 0 notes)"
     assert list(Conversation.objects.values_list("pk", flat=True)) == [kept.pk]
 
 

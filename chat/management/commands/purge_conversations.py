@@ -29,7 +29,4 @@ class Command(BaseCommand):
             raise CommandError("no retention period: pass --older-than-days N (N > 0) or set KEFU_RETENTION_DAYS")
         removed = conversations_purge(older_than_days=days, dry_run=options["dry_run"])
         verb = "would delete" if options["dry_run"] else "deleted"
-        self.stdout.write(
-            f"{verb} {removed.conversations} conversations idle over {days:g} days "
-            f"({removed.messages} messages, {removed.notes} notes)"
-        )
+        self.stdout.write(f"{verb} {removed.describe(idle_days=days)}")

@@ -59,6 +59,4 @@ class Command(BaseCommand):
             removed = shopper_erase(**who)
         except NotFound as e:
             raise CommandError(str(e)) from None
-        self.stdout.write(
-            f"erased {removed.conversations} conversations ({removed.messages} messages, {removed.notes} notes)"
-        )
+        self.stdout.write(f"erased {removed.describe()}")

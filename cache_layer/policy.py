@@ -22,7 +22,8 @@ _CJK = CJK_CLASS
 # Order, invoice, tracking and account numbers: any run of 5+ digits (Bitext's order ids are
 # 6-15 digits; the check's are 8). Five keeps postcodes out too, which are personal with a street.
 _LONG_DIGITS = re.compile(r"(?<!\d)\d{5,}(?!\d)")
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.UNICODE)
+#: An e-mail address (also masked before model calls, routing.privacy).
+EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.UNICODE)
 # Phone numbers: 7+ digits in groups joined by spaces, dots, dashes or brackets, optional "+".
 _PHONE = re.compile(r"(?:\+\s?)?\(?\d{2,4}\)?(?:[\s.-]?\(?\d{2,5}\)?){2,5}")
 # Card numbers: 13-19 digits, optionally grouped by spaces or dashes; confirmed by Luhn.
@@ -52,7 +53,7 @@ _GREETED_BY_NAME = re.compile(
 )
 
 
-def _luhn_ok(digits: str) -> bool:
+def luhn_ok(digits: str) -> bool:
     """True when ``digits`` (only 0-9) passes the Luhn checksum used by payment cards."""
     total = 0
     for i, ch in enumerate(reversed(digits)):
@@ -87,11 +88,11 @@ def personal_data(text: str) -> str | None:
     Checked on the NFKC form so full-width digits ("１２３４５") count as digits.
     """
     t = unicodedata.normalize("NFKC", text)
-    if _EMAIL.search(t):
+    if EMAIL.search(t):
         return "email"
     for m in _CARD.finditer(t):
         digits = re.sub(r"\D", "", m.group())
-        if 13 <= len(digits) <= 19 and _luhn_ok(digits) and not _inside_word(t, m):
+        if 13 <= len(digits) <= 19 and luhn_ok(digits) and not _inside_word(t, m):
             return "card_number"
     if any(not _inside_word(t, m) for m in _LONG_DIGITS.finditer(t)):
         return "order_number"

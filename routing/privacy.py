@@ -40,11 +40,10 @@ from dataclasses import dataclass, field
 import phonenumbers
 from django.conf import settings
 
-from cache_layer.policy import street_address_spans
+from cache_layer.policy import EMAIL, luhn_ok, street_address_spans
 
 __all__ = ["Span", "StreamUnmasker", "Vault", "find_personal_data", "mask_messages", "masking_on"]
 
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
 _CN_MOBILE = re.compile(r"(?<!\d)1[3-9]\d{9}(?!\d)")
 _INTERNATIONAL = re.compile(r"\+\s?\d(?:[\s.()-]{0,2}\d){6,14}(?!\d)")
@@ -70,16 +69,6 @@ class Span:
 def masking_on() -> bool:
     """``KEFU_MASK_PERSONAL_DATA``: mask before upstream calls (default on)."""
     return bool(getattr(settings, "KEFU_MASK_PERSONAL_DATA", True))
-
-
-def _luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
 
 
 def _cn_id_ok(value: str) -> bool:
@@ -109,11 +98,11 @@ def _find(text: str, regions: tuple[str, ...]) -> tuple[Span, ...]:
         if free(start, end):
             found.append(Span(start, end, kind))
 
-    for m in _EMAIL.finditer(t):
+    for m in EMAIL.finditer(t):
         add(m.start(), m.end(), "EMAIL")
     for m in _CARD.finditer(t):
         digits = re.sub(r"\D", "", m.group())
-        if 13 <= len(digits) <= 19 and _luhn(digits):
+        if 13 <= len(digits) <= 19 and luhn_ok(digits):
             add(m.start(), m.end(), "CARD")
     for m in _CN_ID.finditer(t):
         if _cn_id_ok(m.group()):

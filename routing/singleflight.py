@@ -11,9 +11,10 @@ Who takes part: only questions the answer cache could key on — a non-empty cac
 decision and :func:`cache_layer.policy.may_cache_question` ok (no personal data, not a follow-up;
 a follow-up takes part through its standalone rewrite, ``Decision.cache_question``). A shared
 answer is exactly what the cache would serve such a question later. The leader (the first
-question) must also send nothing personal: a prompt whose earlier turns or summary hold personal
-data (``cache_layer.policy.personal_data``) streams on its own and leads no flight, so no shopper
-ever receives an answer written from another shopper's details.
+question) must also be ``Decision.shareable`` (routing.strategy): a prompt whose earlier turns or
+summary hold personal data or an instruction to the model, a rewritten follow-up or a flagged
+question streams on its own and leads no flight, so no shopper ever receives an answer written
+from another shopper's details.
 
 Cost: only the leader's upstream call exists, so only it has cost-ledger rows
 (``routing.resilience``). A follower's route stays ``llm.<tier>`` (the tier that answered); its
@@ -43,11 +44,10 @@ from dataclasses import replace
 from django.conf import settings
 
 from cache_layer.normalise import exact_key_text
-from cache_layer.policy import may_cache_question, personal_data
+from cache_layer.policy import may_cache_question
 from lib.logredact import shopper_text
 
-from .prompt import SUMMARY_HEADING
-from .providers.base import ChatRequest, ProviderError, StreamItem
+from .providers.base import ProviderError, StreamItem
 from .resilience import stream_with_fallback
 from .types import CallContext, Decision
 
@@ -67,23 +67,6 @@ def flight_key(decision: Decision, question: str) -> FlightKey | None:
     ok, _reason = may_cache_question(question)
     key = exact_key_text(question) if ok else ""
     return (decision.cache_scope, decision.tier, key) if key else None
-
-
-def may_lead(request: ChatRequest) -> bool:
-    """Whether ``request`` may be shared: no personal data in its non-system messages (earlier
-    turns, the new message) nor in the rolling summary of its system message. The rest of the
-    system message is the store's own text (grounding)."""
-    for message in request.messages:
-        content = message.get("content")
-        if not isinstance(content, str):
-            continue
-        if message.get("role") == "system":
-            _, found, content = content.partition(SUMMARY_HEADING)
-            if not found:
-                continue
-        if personal_data(content):
-            return False
-    return True
 
 
 class Flight:
@@ -223,10 +206,9 @@ def open_stream(decision: Decision, *, question: str, context: CallContext) -> A
     if flight is not None and flight.loop is asyncio.get_running_loop() and not flight.finished:
         log.debug("single flight: joined %s (%d readers)", shopper_text(key[2]), flight.subscribers + 1)
         return Subscription(flight, decision, follower=True)
-    assert decision.request is not None
-    if not decision.shareable or not may_lead(decision.request):
-        # A prompt with this conversation's earlier turns makes an answer for this shopper only;
-        # it may still join a flight of the same question asked without history (a cache hit's twin).
+    if not decision.shareable:
+        # This conversation's earlier turns made the answer this shopper's only; it may still
+        # join a flight of the same question asked without them (a cache hit's twin).
         return stream_with_fallback(decision, context=context)
     flight = Flight(key, decision, context)
     _flights[key] = flight

@@ -19,6 +19,7 @@ flagged or history-made answer is never served to anyone else.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["FLAG", "LeakGuard", "injection_signals"]
@@ -84,6 +85,14 @@ def _words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+@functools.lru_cache(maxsize=16)
+def _shingles(text: str) -> frozenset[tuple[str, ...]]:
+    """Every run of :data:`SHINGLE` words of ``text``: computed once per instructions text (one
+    per locale and store name), not once per answer."""
+    words = _words(text)
+    return frozenset(tuple(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1))
+
+
 class LeakGuard:
     """Watches a streamed answer for :data:`SHINGLE` words in a row of ``instructions``.
 
@@ -92,8 +101,7 @@ class LeakGuard:
     when it is complete (the next piece starts with a non-word character, or :meth:`end`)."""
 
     def __init__(self, instructions: str) -> None:
-        words = _words(instructions)
-        self._shingles = {tuple(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
+        self._shingles = _shingles(instructions)
         self._recent: list[str] = []
         self._partial = ""
 

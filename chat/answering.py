@@ -246,6 +246,8 @@ def question_of(message: Message, conversation: Conversation) -> Question:
         seq=message.seq,
         text=message.text,
         locale=conversation.locale,
+        customer_id=conversation.customer_id,
+        address_key=conversation.address_key,
     )
 
 

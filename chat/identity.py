@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,7 @@ from .models import UsedIdentityToken
 __all__ = [
     "IdentityRejected",
     "ShopperIdentity",
+    "address_key",
     "customer_token",
     "identity_verify",
     "used_tokens_purge",
@@ -141,3 +143,20 @@ def used_tokens_purge(*, now: datetime | None = None) -> int:
 
 def _bool(*values: object) -> bool:
     return any(isinstance(v, bool) for v in values)
+
+
+def address_key(address: str) -> str:
+    """A keyed hash (HMAC-SHA256 with ``SECRET_KEY``, 32 hex digits) of the network a shopper
+    connects from: the IPv4 address, or the /64 of an IPv6 one (the block one subscriber gets,
+    RFC 6177, within which a client may change its address at will). What an anonymous
+    shopper's address budget is kept under (``routing.budgets``) without storing the address.
+    "" for an address that is not an IP address (a test client, a Unix socket)."""
+    try:
+        ip = ipaddress.ip_address(address.strip())
+    except ValueError:
+        return ""
+    if ip.version == 6 and getattr(ip, "ipv4_mapped", None) is None:
+        net = str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    else:
+        net = str(getattr(ip, "ipv4_mapped", None) or ip)
+    return hmac.new(settings.SECRET_KEY.encode(), f"kefu-address:{net}".encode(), hashlib.sha256).hexdigest()[:32]

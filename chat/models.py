@@ -74,6 +74,11 @@ class Conversation(models.Model):
     customer_name = models.CharField(max_length=150, blank=True)
     customer_email = models.CharField(max_length=254, blank=True)
     identity_verified_at = models.DateTimeField(null=True, blank=True)
+    # A keyed hash of the network the conversation was started from (chat.identity.address_key:
+    # the IPv4 address, an IPv6 /64): an anonymous shopper's spend budget is per conversation and
+    # per address (routing.budgets), so a new conversation does not start a new budget. The
+    # address itself is never stored.
+    address_key = models.CharField(max_length=32, blank=True)
     # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
     handoff_packet = models.JSONField(default=dict, blank=True)
     summary = models.TextField(blank=True, help_text="Rolling summary of turns older than the prompt window.")

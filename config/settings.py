@@ -197,6 +197,7 @@ CELERY_TASK_TIME_LIMIT = KEFU_CELERY_TASK_TIME_LIMIT_S
 CELERY_BEAT_SCHEDULE = {
     "purge-used-identity-tokens": {"task": "chat.tasks.purge_used_identity_tokens", "schedule": 3600.0},
     "purge-old-conversations": {"task": "chat.tasks.purge_old_conversations", "schedule": 24 * 3600.0},
+    "expire-budget-holds": {"task": "routing.tasks.expire_budget_holds", "schedule": 60.0},
 }
 CELERY_TASK_SOFT_TIME_LIMIT = max(1.0, KEFU_CELERY_TASK_TIME_LIMIT_S - 10)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -395,6 +396,8 @@ KEFU_TIERS = {
         "connect_timeout_s": _env("float", f"KEFU_{tier.upper()}_CONNECT_TIMEOUT_S", default=0.0),
         "first_token_timeout_s": _env("float", f"KEFU_{tier.upper()}_FIRST_TOKEN_TIMEOUT_S", default=0.0),
         "total_timeout_s": _env("float", f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=0.0),
+        # Store-wide spend cap of the tier per day, USD (routing/budgets.py); 0 = none.
+        "day_cap_usd": _env("float", f"KEFU_{tier.upper()}_DAY_CAP_USD", default=0.0),
         # Configured on its own (model, base URL or key): the tier classifier may choose it up
         # front (routing/classifier.py). A tier that only inherits OPENAI_* is a fallback only.
         "dedicated": any(
@@ -461,6 +464,23 @@ KEFU_LLM_MAX_TOKENS = _env("int", "KEFU_LLM_MAX_TOKENS", default=600)
 # open it; it stays open (the tier is skipped) for the cooldown, then lets one trial call through.
 KEFU_BREAKER_FAILURES = _env("int", "KEFU_BREAKER_FAILURES", default=5)
 KEFU_BREAKER_COOLDOWN_S = _env("float", "KEFU_BREAKER_COOLDOWN_S", default=30.0)
+# Spend budgets (routing/budgets.py, docs/routing.md), USD per day (TIME_ZONE) and per calendar
+# month; 0 = no limit. A verified shopper's are theirs on every device; an anonymous shopper is
+# held to the shopper budget per conversation and to the address budget per network (all the
+# anonymous shoppers behind one address share it: behind a proxy, Daphne needs --proxy-headers).
+# A gateway key's defaults; each key may set its own in the admin. Past the soft share a payer
+# no longer reaches the costliest tier; past its limit only the FAQ, the cache and a person answer.
+KEFU_BUDGETS_ENABLED = _env("bool", "KEFU_BUDGETS_ENABLED", default=True)
+KEFU_BUDGET_SHOPPER_DAY_USD = _env("float", "KEFU_BUDGET_SHOPPER_DAY_USD", default=0.50)
+KEFU_BUDGET_SHOPPER_MONTH_USD = _env("float", "KEFU_BUDGET_SHOPPER_MONTH_USD", default=5.00)
+KEFU_BUDGET_ADDRESS_DAY_USD = _env("float", "KEFU_BUDGET_ADDRESS_DAY_USD", default=5.00)
+KEFU_BUDGET_ADDRESS_MONTH_USD = _env("float", "KEFU_BUDGET_ADDRESS_MONTH_USD", default=50.00)
+KEFU_BUDGET_KEY_DAY_USD = _env("float", "KEFU_BUDGET_KEY_DAY_USD", default=0.0)
+KEFU_BUDGET_KEY_MONTH_USD = _env("float", "KEFU_BUDGET_KEY_MONTH_USD", default=0.0)
+KEFU_BUDGET_SOFT_SHARE = _env("float", "KEFU_BUDGET_SOFT_SHARE", default=0.8)
+# A call's reservation not settled within this many seconds (its process died) counts as spent
+# at its maximum; longer than a call may last (KEFU_LLM_TOTAL_TIMEOUT_S, retries, fallbacks).
+KEFU_BUDGET_HOLD_S = _env("float", "KEFU_BUDGET_HOLD_S", default=600.0)
 # OpenAI-compatible gateway (POST /v1/chat/completions, routing/gateway.py): the longest request
 # body accepted, and the most tokens an answer may have (a client's max_tokens is capped to it).
 KEFU_GATEWAY_MAX_BODY_BYTES = _env("int", "KEFU_GATEWAY_MAX_BODY_BYTES", default=1_000_000)

@@ -3,9 +3,10 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from . import budgets
 from .faq_import import faq_entry_changed
 from .gateway import hash_key, new_key
-from .models import ApiKey, FaqEntry, UpstreamCall
+from .models import ApiKey, BudgetCounter, FaqEntry, UpstreamCall
 from .registry import faq_changed
 
 
@@ -40,7 +41,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
     """Gateway keys. Adding one makes the key and shows it once, in the confirmation message;
     only its SHA-256 is kept. Untick ``active`` to revoke a key."""
 
-    list_display = ("name", "prefix", "active", "created_by", "created_at", "last_used_at")
+    list_display = (
+        "name",
+        "prefix",
+        "active",
+        "budget_day_usd",
+        "budget_month_usd",
+        "created_by",
+        "created_at",
+        "last_used_at",
+    )
     list_filter = ("active",)
     search_fields = ("name", "prefix")
     readonly_fields = ("prefix", "created_by", "created_at", "last_used_at")
@@ -51,11 +61,28 @@ class ApiKeyAdmin(admin.ModelAdmin):
             obj.prefix, obj.key_hash = raw[:12], hash_key(raw)
             obj.created_by = request.user if request.user.is_authenticated else None
         super().save_model(request, obj, form, change)
+        budgets.forget_key_limits()  # this process applies new limits at once (others within 10 s)
         if not change:
             messages.warning(
                 request,
                 f"The new key for '{obj.name}' is {raw} — copy it now: it is not stored and will not be shown again.",
             )
+
+
+@admin.register(BudgetCounter)
+class BudgetCounterAdmin(admin.ModelAdmin):
+    """Spend budgets, read-only (``routing.budgets``): what each payer spent and holds in a day or
+    month. Customer ids and addresses appear as keyed hashes."""
+
+    list_display = ("starts_on", "period", "kind", "key", "spent_usd", "reserved_usd", "limit_usd", "updated_at")
+    list_filter = ("period", "kind", "starts_on")
+    search_fields = ("key",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(UpstreamCall)

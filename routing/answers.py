@@ -128,6 +128,17 @@ def handoff_text(locale: str, *, remote_failed: bool = False) -> str:
     )
 
 
+def budget_text(locale: str) -> str:
+    """What a shopper reads when their spend budget (or the store's) leaves no remote answer
+    (``routing.budgets``): polite, no figures, and a person will answer."""
+    if locale == "zh":
+        return "这个问题我现在没法自动回答。我已经把您的消息转给了我们的团队，客服一有空就会在这里回复您。"
+    return (
+        "I can't look into this one automatically right now, so I've passed your message to our "
+        "team. A person will reply here as soon as one is available."
+    )
+
+
 def decline_text(locale: str) -> str:
     if locale == "zh":
         return "抱歉，这个问题超出了我能帮忙的范围。我可以回答关于商品、订单、配送、退换货和付款的问题。"

@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -36,13 +36,13 @@ from django.utils import timezone
 
 from lib.text import detect_locale
 
-from . import answers, classify, prompt, strategy
+from . import answers, budgets, classify, prompt, strategy
 from .ledger import cost_usd
 from .models import ApiKey
 from .providers.base import ChatRequest, Usage
 from .registry import registry
-from .tiers import provider_for, tier_configured, tier_model
-from .types import Decision
+from .tiers import configured_tiers, provider_for, tier_configured, tier_model
+from .types import Decision, Payer
 
 log = logging.getLogger(__name__)
 
@@ -232,12 +232,48 @@ def _remote(req: GatewayRequest, tier: str, messages: list[dict[str, Any]], loca
     )
 
 
-async def plan(req: GatewayRequest) -> Plan:
-    """Choose who answers ``req`` (module docstring).
+def budget_error(reason: str) -> GatewayError:
+    """The 429 ``budget_exceeded`` a key gets when its spend budget (or the store's cap of every
+    tier it could reach) leaves no remote call; FAQ and cache answers still come."""
+    return GatewayError(
+        429,
+        f"No model tier is within the spend budget ({reason}); FAQ and cached answers still work. "
+        "The budget frees up at the start of the next day or month.",
+        type="insufficient_quota",
+        code="budget_exceeded",
+    )
+
+
+async def plan(req: GatewayRequest, *, api_key_id: int | None = None) -> Plan:
+    """Choose who answers ``req`` (module docstring); ``api_key_id``: the caller's key, whose spend
+    budgets (``routing.budgets``) may send the request a tier down (past the soft share) or
+    refuse it (spent).
 
     Raises:
-        GatewayError: 503 ``no_model`` when the answer needs a remote tier and none is configured.
+        GatewayError: 503 ``no_model`` when the answer needs a remote tier and none is configured;
+            429 ``budget_exceeded`` when the spend budgets leave it no tier.
     """
+    p = await _plan(req)
+    d = p.decision
+    if d.tier is None or d.request is None:
+        return p
+    configured = configured_tiers()
+    standing = await budgets.standing_async(Payer(api_key_id=api_key_id), configured)
+    chosen = standing.choose(d.tier, configured)
+    if chosen is None:
+        raise budget_error(standing.reason())
+    if chosen != d.tier:
+        d.tier, d.route = chosen, f"llm.{chosen}"
+        d.request = replace(d.request, model=tier_model(chosen))
+        d.provider = provider_for(chosen)
+        d.reason += f", sent to {chosen} by the budget ({standing.reason()})"
+        d.shareable = False
+        p.offer_to_cache = False
+    d.tiers_allowed = tuple(standing.tiers_open(configured))
+    return p
+
+
+async def _plan(req: GatewayRequest) -> Plan:
     question = req.messages[-1]["content"]
     locale = detect_locale(question)
     start = req.start_tier or "simple"

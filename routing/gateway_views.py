@@ -35,6 +35,7 @@ from .gateway import (
     GatewayRequest,
     Plan,
     api_key_authenticate,
+    budget_error,
     kefu_body,
     offer_to_cache,
     parse_request,
@@ -44,6 +45,7 @@ from .gateway import (
 from .ledger import CallContext
 from .providers.base import ProviderError, StreamDone, TextDelta
 from .resilience import stream_with_fallback
+from .types import Payer
 
 
 def error_response(error: GatewayError) -> JsonResponse:
@@ -54,6 +56,8 @@ def error_response(error: GatewayError) -> JsonResponse:
 
 
 def _unavailable(error: ProviderError) -> GatewayError:
+    if error.code == "budget":
+        return budget_error(str(error))
     if error.code == "rate_limited":
         return GatewayError(
             429,
@@ -158,7 +162,9 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBa
     """Stream from the tiers. The first item is awaited before the response starts, so a failure
     of every tier before any text is a proper HTTP error, and the route is final."""
     d = p.decision
-    source = stream_with_fallback(d, context=CallContext(api_key_id=key_id, purpose="gateway"))
+    source = stream_with_fallback(
+        d, context=CallContext(api_key_id=key_id, purpose="gateway", payer=Payer(api_key_id=key_id))
+    )
     try:
         first: TextDelta | StreamDone = await anext(source)
     except ProviderError as e:
@@ -278,7 +284,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         return error_response(too_big)
     try:
         req = parse_request(body)
-        p = await plan(req)
+        p = await plan(req, api_key_id=key_id)
     except GatewayError as e:
         return error_response(e)
     c = _Completion(req)

@@ -22,10 +22,11 @@ from django.utils import timezone
 
 from lib.tokens import count_tokens
 
+from . import budgets
 from .models import UpstreamCall
-from .providers.base import StreamDone, Usage
+from .providers.base import ChatRequest, StreamDone, Usage
 from .tiers import tier_model
-from .tokens import text_tokens
+from .tokens import PromptCounter, text_tokens
 from .types import AnswerRecord, CallContext, Decision
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,24 @@ def cost_usd(*, tier: str, prompt_tokens: int, completion_tokens: int, cached_pr
     return total.quantize(USD_PLACES, rounding=ROUND_HALF_UP)
 
 
+def max_cost_usd(tier: str, request: ChatRequest) -> Decimal:
+    """The most a call of ``tier`` with ``request`` can cost, USD (what a spend budget holds
+    before it starts, ``routing.budgets.reserve``): :func:`cost_usd` of its prompt, uncached
+    (counted with the tier model's tokenizer, or estimated at ceil(UTF-8 bytes / 3) while it
+    loads: ``routing.tokens.PromptCounter``), and of ``max_tokens`` completion tokens
+    (``KEFU_LLM_MAX_TOKENS`` when the request sets none). Safe on the event loop.
+    Raises ``KeyError`` for an unknown tier."""
+    counter = PromptCounter(tier_model(tier))
+    prompt = counter.priming
+    for m in request.messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        prompt += counter.message(str(m.get("role", "")), str(content or ""))
+    completion = request.max_tokens or settings.KEFU_LLM_MAX_TOKENS
+    return cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One attempt as ``routing.resilience`` saw it end; ``record_attempt`` makes it a row.
@@ -55,7 +74,9 @@ class Attempt:
     ``count_messages`` is set, the call may still be billed (it reached the upstream and broke),
     so the prompt (``count_messages``) and the text received (``received_text``) are counted
     with the tier model's tokenizer and the row is marked estimated. None and no messages: no
-    tokens (the upstream refused with a status, or no request was sent).
+    tokens (the upstream refused with a status, or no request was sent). ``hold``: the
+    reservation made on the spend budgets before the call (``routing.budgets``), replaced by the
+    row's cost once it is written.
     ``ttft_ms`` / ``latency_ms``: from the attempt's start to its first text / its end.
     """
 
@@ -72,6 +93,7 @@ class Attempt:
     count_messages: list[dict[str, Any]] | None = None
     received_text: str = ""
     started_at: datetime | None = None  # when the attempt began (aware); None: when recorded
+    hold: budgets.Hold | None = None  # the spend budgets' reservation, settled with the row
 
 
 _writing: set[asyncio.Task[None]] = set()
@@ -118,9 +140,10 @@ def _usage_for(attempt: Attempt) -> Usage:
     )
 
 
-def _insert(attempt: Attempt, usage: Usage) -> None:
+def _insert(attempt: Attempt, usage: Usage) -> Decimal:
+    """Insert the row; returns its cost in USD."""
     ctx = attempt.context
-    UpstreamCall.objects.create(
+    row = UpstreamCall.objects.create(
         conversation_id=ctx.conversation_id,
         message_id=ctx.message_id,
         api_key_id=ctx.api_key_id,
@@ -145,6 +168,7 @@ def _insert(attempt: Attempt, usage: Usage) -> None:
         estimated=usage.estimated,
         created_at=attempt.started_at or timezone.now(),
     )
+    return Decimal(row.cost_usd)
 
 
 async def _write(attempt: Attempt, after: asyncio.Task[None] | None) -> None:
@@ -156,9 +180,15 @@ async def _write(attempt: Attempt, after: asyncio.Task[None] | None) -> None:
             usage = await asyncio.to_thread(_usage_for, attempt)
         if after is not None:
             await asyncio.wait([after])  # never raises: _write logs its own failures
-        await database_sync_to_async(_insert)(attempt, usage or _usage_for(attempt))
+        cost = await database_sync_to_async(_insert)(attempt, usage or _usage_for(attempt))
     except Exception:  # the background task's edge: a lost row is logged, the answer goes on
         log.exception("writing the ledger row of a %s call failed", attempt.tier)
+        return
+    if attempt.hold is not None:
+        try:
+            await database_sync_to_async(budgets.settle)(attempt.hold, cost)
+        except Exception:  # its hold expires and counts at the call's maximum
+            log.exception("settling the spend budgets of a %s call failed", attempt.tier)
 
 
 #: Tokens of a typical first-turn grounded prompt (system prompt, 3 FAQ entries, a one-line

@@ -1,4 +1,5 @@
-"""The store's FAQ (``FaqEntry``), the gateway's API keys (``ApiKey``) and the cost ledger (``UpstreamCall``)."""
+"""The store's FAQ (``FaqEntry``), the gateway's API keys (``ApiKey``), the cost ledger
+(``UpstreamCall``) and the spend budgets (``BudgetCounter``, ``BudgetHold``)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,20 @@ class ApiKey(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    budget_day_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="USD this key may spend per day (empty: KEFU_BUDGET_KEY_DAY_USD; 0: no limit).",
+    )
+    budget_month_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="USD this key may spend per calendar month (empty: KEFU_BUDGET_KEY_MONTH_USD; 0: no limit).",
+    )
 
     class Meta:
         verbose_name = "gateway API key"
@@ -130,3 +145,43 @@ class UpstreamCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tier}/{self.model} {self.outcome} ${self.cost_usd}"
+
+
+class BudgetCounter(models.Model):
+    """What one payer spent and holds in one period (``routing.budgets``): ``kind`` of payer
+    (``customer``, ``conversation``, ``address``, ``key``, ``tier``), its ``key`` (a keyed hash for
+    a customer id or an address, so no personal data is kept here; the conversation's UUID, the
+    gateway key's id or the tier's name otherwise), the ``period`` (``day`` or ``month``) that
+    starts on ``starts_on`` (in ``TIME_ZONE``), and in USD: ``spent_usd`` (settled calls, and
+    reservations that expired unsettled, at their maximum), ``reserved_usd`` (calls in flight, at
+    their maximum) and the ``limit_usd`` last applied."""
+
+    kind = models.CharField(max_length=16)
+    key = models.CharField(max_length=64)
+    period = models.CharField(max_length=8)
+    starts_on = models.DateField()
+    limit_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    spent_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    reserved_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "spend budget"
+        ordering = ["-starts_on", "kind", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "key", "period", "starts_on"], name="budget_unique_scope_period")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.key} {self.period} {self.starts_on} ${self.spent_usd}+{self.reserved_usd}/{self.limit_usd}"
+
+
+class BudgetHold(models.Model):
+    """A reservation on one counter: the most a call in flight may cost (USD). One call's
+    reservation (``hold``) spans every counter that pays for it; settling deletes its rows, and
+    one that outlives ``expires_at`` (its process died) is counted as spent at that maximum."""
+
+    hold = models.UUIDField(db_index=True)
+    counter = models.ForeignKey(BudgetCounter, on_delete=models.CASCADE, related_name="holds")
+    amount_usd = models.DecimalField(max_digits=12, decimal_places=6)
+    expires_at = models.DateTimeField(db_index=True)

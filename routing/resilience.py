@@ -19,7 +19,12 @@ once; the last tier waits when its gate opens before the first-token deadline):
    requests or tokens remain until its reset;
 2. the circuit breaker of the upstream deployment (``routing.breaker``): open after
    ``KEFU_BREAKER_FAILURES`` consecutive failures, for ``KEFU_BREAKER_COOLDOWN_S``;
-3. the tier's client-side limits (``routing.throttle``): concurrency, requests and tokens per minute.
+3. the tier's client-side limits (``routing.throttle``): concurrency, requests and tokens per minute;
+4. the spend budgets (``routing.budgets``): the call's maximum cost is held on every budget that
+   pays for it (the payer's, the tier's store-wide cap) or the tier is skipped (``budget``); the
+   hold is settled with the attempt's ledger row.
+
+Fallbacks go only to tiers the budgets left open to the answer (``Decision.tiers_allowed``).
 
 Every attempt, skipped ones included, becomes a row of the cost ledger (``routing.ledger``,
 ``UpstreamCall``) with its outcome: ``ok``, ``retried``, ``fell_back`` or ``failed``.
@@ -43,7 +48,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import breaker as breakers
-from . import ledger, throttle, upstream_blocks
+from . import budgets, ledger, throttle, upstream_blocks
 from .ledger import Attempt
 from .providers.base import ChatRequest, Provider, ProviderError, StreamDone, TextDelta
 from .providers.ratelimits import UpstreamKey
@@ -67,11 +72,12 @@ def backoff_s(attempt: int, *, base_s: float, cap_s: float, retry_after_s: float
     return random.uniform(0.0, min(cap_s, base_s * (2**attempt)))
 
 
-def fallback_tiers(tier: str) -> list[str]:
-    """``tier`` followed by the configured tiers above it, in ``TIER_ORDER``."""
+def fallback_tiers(tier: str, allowed: tuple[str, ...] | None = None) -> list[str]:
+    """``tier`` followed by the configured tiers above it, in ``TIER_ORDER``; of those only the
+    ``allowed`` ones when given (``tier`` itself is always first)."""
     order = list(TIER_ORDER)
     start = order.index(tier) if tier in order else 0
-    return [tier] + [t for t in order[start + 1 :] if tier_configured(t)]
+    return [tier] + [t for t in order[start + 1 :] if tier_configured(t) and (allowed is None or t in allowed)]
 
 
 def upstream_key(tier: str, provider: Provider, model: str) -> UpstreamKey:
@@ -86,10 +92,13 @@ def upstream_key(tier: str, provider: Provider, model: str) -> UpstreamKey:
     return (cfg.get("base_url") or "", cfg.get("api_key") or "", model)
 
 
-async def _gate(tier: str, key: UpstreamKey, request: ChatRequest) -> tuple[str, float | None] | None:
-    """Pass the three gates of the module docstring. None: the caller may call, and holds one
-    ``throttle`` slot (release it) and possibly the breaker's half-open trial (give a verdict or
-    release it). Otherwise (the skip reason, seconds until the gate may open or None)."""
+async def _gate(
+    tier: str, key: UpstreamKey, request: ChatRequest, ctx: CallContext
+) -> tuple[str, float | None] | budgets.Hold | None:
+    """Pass the four gates of the module docstring. A ``Hold`` or None: the caller may call, holds
+    one ``throttle`` slot (release it), possibly the breaker's half-open trial (give a verdict or
+    release it) and the budgets' hold (settle it with the ledger row; None: no budget applies).
+    Otherwise (the skip reason, seconds until the gate may open or None)."""
     blocked_s = await upstream_blocks.blocked_for_s(key)
     if blocked_s > 0:
         return "upstream_limit", blocked_s
@@ -100,7 +109,18 @@ async def _gate(tier: str, key: UpstreamKey, request: ChatRequest) -> tuple[str,
     if refusal is not None:
         breaker.release()
         return refusal.reason, refusal.retry_in_s
-    return None
+    try:
+        return await budgets.reserve_async(ctx.payer, tier, ledger.max_cost_usd(tier, request))
+    except budgets.BudgetRefused as e:
+        log.info("tier %s not called: %s", tier, e)
+        throttle.release(tier)
+        breaker.release()
+        return "budget", None
+    except Exception:
+        # The budgets' database is unreachable: the call goes ahead unheld (the ledger and the
+        # next reservation still count it), as an answer matters more than a cap's last cent.
+        log.warning("holding the spend budgets of a %s call failed; called unheld", tier, exc_info=True)
+        return None
 
 
 async def stream_with_fallback(
@@ -120,7 +140,7 @@ async def stream_with_fallback(
     deadline = time.monotonic() + settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S
     last: ProviderError | None = None
     writing: asyncio.Task[None] | None = None  # the previous ledger row's write (None: none, or lost)
-    tiers = fallback_tiers(decision.tier)
+    tiers = fallback_tiers(decision.tier, decision.tiers_allowed)
     # What a permanent failure ruled out for this message: (base URL, API key) after credentials
     # were refused, (base URL, API key, model) after the request itself was.
     refused: set[tuple[str, ...]] = set()
@@ -141,6 +161,7 @@ async def stream_with_fallback(
             decision.tier, decision.route, decision.request = tier, f"llm.{tier}", request
 
             started_at = timezone.now()
+            hold: budgets.Hold | None = None
 
             # Bound as defaults: each attempt's row names that attempt, whenever it is called.
             def row(
@@ -152,9 +173,12 @@ async def stream_with_fallback(
                 _model: str = request.model,
                 **fields: Any,
             ) -> None:
-                """Record this attempt's ledger row (in the background, after the previous one)."""
-                nonlocal writing
+                """Record this attempt's ledger row (in the background, after the previous one),
+                settling the attempt's budget hold with it."""
+                nonlocal writing, hold
                 fields.setdefault("model", _model)
+                fields.setdefault("hold", hold)
+                hold = None
                 writing = ledger.record_attempt(
                     Attempt(
                         context=ctx,
@@ -179,21 +203,27 @@ async def stream_with_fallback(
                 row("fell_back" if has_next else "failed", error_code=last.code if last else "refused")
                 break
 
-            skip = await _gate(tier, key, request)
-            while skip is not None and not has_next and skip[1] is not None and time.monotonic() + skip[1] < deadline:
+            skip = await _gate(tier, key, request, ctx)
+            while (
+                isinstance(skip, tuple)
+                and not has_next
+                and skip[1] is not None
+                and time.monotonic() + skip[1] < deadline
+            ):
                 await asyncio.sleep(skip[1])  # the last tier: its gate opens before the deadline
-                skip = await _gate(tier, key, request)
-            if skip is not None:
+                skip = await _gate(tier, key, request, ctx)
+            if isinstance(skip, tuple):
                 reason = skip[0]
                 log.warning("tier %s skipped: %s", tier, reason)
                 last = ProviderError(
                     f"tier {tier} skipped: {reason}",
                     permanent=False,
-                    code="server" if reason == "circuit_open" else "rate_limited",
+                    code="server" if reason == "circuit_open" else "budget" if reason == "budget" else "rate_limited",
                 )
                 row("fell_back" if has_next else "failed", error_code=reason)
                 break
 
+            hold = skip
             breaker = breakers.breaker_for(key)
             started = time.perf_counter()
             texts: list[str] = []

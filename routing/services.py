@@ -34,7 +34,7 @@ from .complete import complete_decision
 from .providers.base import ProviderError, StreamDone, TextDelta
 from .registry import registry
 from .replies import person_request_words
-from .types import AnswerRecord, CallContext, Decision, HistoryLoader, Question, Suggestion
+from .types import AnswerRecord, CallContext, Decision, HistoryLoader, Payer, Question, Suggestion
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,11 @@ class Answer:
             self._source = singleflight.open_stream(
                 decision,
                 question=decision.cache_question or question.text,
-                context=CallContext(conversation_id=question.conversation_id, message_id=question.message_id),
+                context=CallContext(
+                    conversation_id=question.conversation_id,
+                    message_id=question.message_id,
+                    payer=Payer.of_question(question),
+                ),
             )
             # Open the upstream request now, while Chat writes the bot row: saves a DB round trip of TTFT.
             self._first = asyncio.ensure_future(anext(self._source))
@@ -183,10 +187,14 @@ class Answer:
                 if unmasker is not None and e.code != "refused" and (rest := unmasker.end()):
                     yield rest
                 raise AnswerCut(e) from e
-            log.warning("remote model failed (%s, %s): %s", self._decision.route, e.code, e)
-            self._decision = strategy.handoff_decision(
-                locale=self._decision.locale, reason=f"remote model failed: {e.code}"
-            )
+            if e.code == "budget":
+                # Another answer took the last of a budget since this one was chosen.
+                self._decision = strategy.budget_decision(locale=self._decision.locale, reason=str(e))
+            else:
+                log.warning("remote model failed (%s, %s): %s", self._decision.route, e.code, e)
+                self._decision = strategy.handoff_decision(
+                    locale=self._decision.locale, reason=f"remote model failed: {e.code}"
+                )
             await self.close()
             self._source = None
             for piece in answers.chunks(self._decision.text or ""):

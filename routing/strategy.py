@@ -6,12 +6,15 @@ Order of checks (docs/routing.md):
 3. the scope classifier says the message is not a store matter -> ``decline``;
 4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries; the tier
    classifier (``routing.classifier``: keyword rules, then a learned model) chooses the tier, or a
-   keyword rule (legal threat, fraud, chargeback...) hands the message to a person;
+   keyword rule (legal threat, fraud, chargeback...) hands the message to a person; the spend
+   budgets (``routing.budgets``) may send it a tier down, or, when spent, to a person with a
+   polite notice (``handoff``);
 5. otherwise -> ``handoff`` (a person answers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from channels.db import database_sync_to_async
@@ -22,7 +25,7 @@ from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up, personal_data
 from lib.text import detect_locale
 
-from . import answers, privacy, prompt, rewrite
+from . import answers, budgets, privacy, prompt, rewrite
 from .classifier import HANDOFF, rule_for
 from .classify import classified as classified_text
 from .faq_model import normalise_text
@@ -30,14 +33,20 @@ from .injection import injection_signals
 from .providers.base import ChatRequest
 from .registry import registry
 from .replies import small_talk_reply, wants_human
-from .tiers import provider_for, tier_model
-from .types import CallContext, Decision, HistoryLoader, Question
+from .tiers import configured_tiers, provider_for, tier_model
+from .types import CallContext, Decision, History, HistoryLoader, Payer, Question
 
 log = logging.getLogger(__name__)
 
 
 def handoff_decision(*, locale: str, reason: str) -> Decision:
     return Decision(route="handoff", locale=locale, text=answers.handoff_text(locale), reason=reason)
+
+
+def budget_decision(*, locale: str, reason: str) -> Decision:
+    """A question the spend budgets leave no remote tier for: a person answers (``handoff``), and
+    the shopper is told so politely (``routing.answers.budget_text``)."""
+    return Decision(route="handoff", locale=locale, text=answers.budget_text(locale), reason=f"budget: {reason}")
 
 
 async def decide(*, question: Question, history: HistoryLoader) -> Decision:
@@ -85,10 +94,31 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
         turns: list[tuple[str, str]] = []
         summary = ""
         cache_question = ""
+        payer = Payer.of_question(question)
+        standing: budgets.Standing | None = None
+        stand = budgets.Standing()
+        budget_note = ""
         # A hit needs no history, nor does a conversation's first message: no database round trip.
-        if hit is None and question.seq > 1:
-            past = await history(before_seq=question.seq, turns=settings.KEFU_CONTEXT_TURNS)
-            turns, summary = [(role, body) for role, body in past.turns if body], past.summary
+        # Where the spend budgets stand is read alongside (one query, none with no budget set).
+        if hit is None:
+            configured = configured_tiers()
+            if question.seq > 1:
+                past: History
+                past, stand = await asyncio.gather(
+                    history(before_seq=question.seq, turns=settings.KEFU_CONTEXT_TURNS),
+                    budgets.standing_async(payer, configured),
+                )
+                turns, summary = [(role, body) for role, body in past.turns if body], past.summary
+            else:
+                stand = await budgets.standing_async(payer, configured)
+            standing = stand
+            chosen = stand.choose(tier, configured)
+            if chosen is None:
+                log.info("no remote tier within the spend budgets: %s", stand.reason())
+                return budget_decision(locale=locale, reason=stand.reason())
+            if chosen != tier:
+                budget_note = f", sent to {chosen} by the budget ({stand.reason()})"
+                tier = chosen
         # What leaves for an upstream carries placeholders instead of personal data (routing.privacy):
         # the new message, the earlier turns and the summary; the store's grounding is its own text.
         # An answer made with earlier turns may reach other shoppers only when those turns could
@@ -109,7 +139,9 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
                 history=turns,
                 text=sent_text,
                 locale=locale,
-                context=CallContext(conversation_id=question.conversation_id, message_id=question.message_id),
+                context=CallContext(
+                    conversation_id=question.conversation_id, message_id=question.message_id, payer=payer
+                ),
             )
             if standalone and vault is not None:
                 standalone = vault.unmask(standalone)
@@ -139,13 +171,15 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
             tier=tier,
             provider=provider_for(tier),
             request=ChatRequest(messages=messages, model=tier_model(tier), max_tokens=settings.KEFU_LLM_MAX_TOKENS),
-            reason=f"remote model, {tier_decision.describe()}",
+            reason=f"remote model, {tier_decision.describe()}{budget_note}",
             cache_scope=cache_scope,
             cache_vector=vector,
             grounded_on=grounded_on,
             cache_question=cache_question,
-            shareable=history_clean and not cache_question,
+            # An answer a budget sent a tier down is not what that tier's cache scope promises.
+            shareable=history_clean and not cache_question and not budget_note,
             vault=vault or None,
+            tiers_allowed=tuple(standing.tiers_open(configured_tiers())) if standing is not None else None,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
 

@@ -80,3 +80,13 @@ async def maybe_audit_async(*, entry_id: int, question: str, message_id: int | N
 async def drain() -> None:
     """Wait until every audit handed off by :func:`maybe_audit_async` on this loop has ended."""
     await _background.drain()
+
+
+@shared_task(name="routing.tasks.expire_budget_holds", ignore_result=True)
+def expire_budget_holds() -> int:
+    """Beat, every minute: spend-budget holds whose call's process died count as spent at their
+    maximum (``routing.budgets.expire_holds``); counters of long-past periods are deleted.
+    Returns how many holds expired."""
+    from . import budgets
+
+    return budgets.expire_holds()

@@ -46,13 +46,17 @@ class Question:
     ledger rows name it); ``seq``: its place in the conversation (1 = the first message, which has
     no history to load); ``text``: what the shopper wrote (at most ``KEFU_MAX_MESSAGE_CHARS``
     code points); ``locale``: the conversation's locale (``"en"``/``"zh"``), the fallback when the
-    text itself shows no language."""
+    text itself shows no language; ``customer_id``: the store's customer id of a verified shopper
+    ("" for an anonymous one); ``address_key``: a keyed hash of the network the conversation
+    came from ("" unknown). The last two say who pays for remote calls (``routing.budgets``)."""
 
     conversation_id: uuid.UUID | None
     message_id: int | None
     seq: int
     text: str
     locale: str = "en"
+    customer_id: str = ""
+    address_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,35 @@ class CallContext:
     ``conversation_id``: the chat conversation (UUID); ``message_id``: the shopper message being
     answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls;
     ``purpose``: what the call was for (``routing.models.Purpose``: ``answer``, ``rewrite``,
-    ``summary``, ``suggestion``, ``audit``, ``gateway``).
+    ``summary``, ``suggestion``, ``audit``, ``gateway``); ``payer``: whose spend budgets the call
+    is reserved against besides its tier's store-wide cap (``routing.budgets``; None: the cap only).
     """
 
     conversation_id: uuid.UUID | None = None
     message_id: int | None = None
     api_key_id: int | None = None
     purpose: str = "answer"
+    payer: Payer | None = None
+
+
+@dataclass(frozen=True)
+class Payer:
+    """Who a remote call's cost counts against (``routing.budgets``): a verified shopper by their
+    store ``customer_id``; an anonymous one by ``conversation_id`` and ``address_key`` (both);
+    a gateway caller by ``api_key_id``. Empty fields are not counted."""
+
+    customer_id: str = ""
+    conversation_id: uuid.UUID | None = None
+    address_key: str = ""
+    api_key_id: int | None = None
+
+    @classmethod
+    def of_question(cls, question: Question) -> Payer:
+        """The shopper who asked ``question``: their customer id when verified, else the
+        conversation and its address."""
+        if question.customer_id:
+            return cls(customer_id=question.customer_id)
+        return cls(conversation_id=question.conversation_id, address_key=question.address_key)
 
 
 @dataclass(frozen=True)
@@ -147,6 +173,9 @@ class Decision:
     # The placeholders of personal data masked in ``request`` (routing.privacy.Vault): the
     # streamed answer is unmasked with it. None: nothing was masked.
     vault: Vault | None = None
+    # The tiers the spend budgets leave open to this answer, fallbacks included
+    # (``routing.budgets.Standing.tiers_open``); None: every configured tier.
+    tiers_allowed: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

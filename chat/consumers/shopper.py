@@ -144,12 +144,14 @@ class ShopperConsumer(FrameSocket):
         if who is not None:
             resumed_before = conv
             conv, token, resumed = await database_sync_to_async(services.conversation_identify)(
-                identity=who, locale=locale, conversation=conv
+                identity=who, locale=locale, conversation=conv, address_key=identity.address_key(self.address)
             )
             if resumed_before is None or resumed_before.pk != conv.pk:
                 after = 0  # another conversation than the one this browser asked for: all of it
         elif conv is None:
-            conv, token = await database_sync_to_async(services.conversation_start)(locale=locale)
+            conv, token = await database_sync_to_async(services.conversation_start)(
+                locale=locale, address_key=identity.address_key(self.address)
+            )
             resumed = False
         # Join before reading the replay: a frame published in between is then both replayed and
         # queued, and chat_frame drops the copy; the other order could lose it.

@@ -181,7 +181,7 @@ def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, cli
     try:
         with transaction.atomic():
             try:
-                seq, _answered, status, _locale = next_seq(conversation_id)
+                seq, _answered, status = next_seq(conversation_id)[:3]
             except Conversation.DoesNotExist:
                 raise NotFound(str(conversation_id)) from None
             owner = Conversation.objects.filter(pk=conversation_id).values_list("agent_id", "agent_name").get()

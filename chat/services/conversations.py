@@ -12,7 +12,7 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -28,10 +28,13 @@ def _hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def conversation_start(*, locale: str = "en") -> tuple[Conversation, str]:
-    """Create a conversation; returns it and the shopper's bearer token (shown once, stored hashed)."""
+def conversation_start(*, locale: str = "en", address_key: str = "") -> tuple[Conversation, str]:
+    """Create a conversation; returns it and the shopper's bearer token (shown once, stored hashed).
+    ``address_key``: the keyed hash of the network it was started from (``chat.identity.address_key``)."""
     token = secrets.token_urlsafe(32)
-    conv = Conversation.objects.create(token_hash=_hash_token(token), locale=locale if locale in ("en", "zh") else "en")
+    conv = Conversation.objects.create(
+        token_hash=_hash_token(token), locale=locale if locale in ("en", "zh") else "en", address_key=address_key
+    )
     return conv, token
 
 
@@ -52,7 +55,7 @@ def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> C
 
 
 def conversation_identify(
-    *, identity: ShopperIdentity, locale: str = "en", conversation: Conversation | None = None
+    *, identity: ShopperIdentity, locale: str = "en", conversation: Conversation | None = None, address_key: str = ""
 ) -> tuple[Conversation, str, bool]:
     """The conversation of a verified customer, and its customer token: ``(conversation, token,
     resumed)``.
@@ -69,7 +72,7 @@ def conversation_identify(
             conversation = Conversation.objects.filter(customer_id=identity.customer_id).order_by("-updated_at").first()
         resumed = conversation is not None
         if conversation is None:
-            conversation, _ = conversation_start(locale=locale)
+            conversation, _ = conversation_start(locale=locale, address_key=address_key)
         fields = {
             "customer_id": identity.customer_id,
             "customer_name": identity.name,
@@ -82,8 +85,20 @@ def conversation_identify(
     return conversation, customer_token(conversation.id), resumed
 
 
-def next_seq(conversation_id: uuid.UUID, *, shopper: bool = False) -> tuple[int, int, str, str]:
-    """Allocate the next seq of a conversation; returns ``(seq, answered_seq, status, locale)``.
+class Allocated(NamedTuple):
+    """What :func:`next_seq` returns: the new ``seq`` and the conversation as of the write."""
+
+    seq: int
+    answered_seq: int
+    status: str
+    locale: str
+    customer_id: str
+    address_key: str
+
+
+def next_seq(conversation_id: uuid.UUID, *, shopper: bool = False) -> Allocated:
+    """Allocate the next seq of a conversation; returns ``(seq, answered_seq, status, locale,
+    customer_id, address_key)`` (:class:`Allocated`).
 
     ``shopper``: the seq is for a shopper's message, which starts a new session when the
     conversation is closed or has been idle for ``KEFU_SESSION_IDLE_S`` seconds: in the same
@@ -117,13 +132,13 @@ def next_seq(conversation_id: uuid.UUID, *, shopper: bool = False) -> tuple[int,
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET last_seq = last_seq + 1, updated_at = %s{session} WHERE id = %s "
-            "RETURNING last_seq, answered_seq, status, locale",
+            "RETURNING last_seq, answered_seq, status, locale, customer_id, address_key",
             [*params, pk],
         )
         row = cursor.fetchone()
     if row is None:
         raise Conversation.DoesNotExist(conversation_id)
-    return int(row[0]), int(row[1]), str(row[2]), str(row[3])
+    return Allocated(int(row[0]), int(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]))
 
 
 def conversation_set_status(*, conversation_id: uuid.UUID, status: str, reason: str = "") -> bool:

@@ -73,7 +73,7 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
     """
     try:
         with transaction.atomic():
-            seq, answered_seq, status, locale = next_seq(conversation_id, shopper=True)
+            seq, answered_seq, status, locale, customer_id, address_key = next_seq(conversation_id, shopper=True)
             msg = Message.objects.create(
                 conversation_id=conversation_id, seq=seq, role=Role.SHOPPER, text=text, client_id=client_id
             )
@@ -83,7 +83,15 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
                 status = ConversationStatus.BOT
             claimed = None
             if claim and _claim_if_none_older(conversation_id, answered_seq=answered_seq, seq=seq):
-                claimed = Conversation(id=conversation_id, status=status, locale=locale, answered_seq=seq, last_seq=seq)
+                claimed = Conversation(
+                    id=conversation_id,
+                    status=status,
+                    locale=locale,
+                    answered_seq=seq,
+                    last_seq=seq,
+                    customer_id=customer_id,
+                    address_key=address_key,
+                )
     except IntegrityError:
         # A resend of a known client_id (possibly racing in through another socket or worker).
         return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)
@@ -99,7 +107,8 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
     and the ``answered_seq`` it follows in one join; the second moves ``answered_seq`` only if it
     is still that value (``UPDATE ... RETURNING``, SQLite >= 3.35, PostgreSQL), else the loop
     reads again. The conversation returned carries ``id``, ``status``, ``locale``,
-    ``answered_seq`` and ``last_seq`` (what answering reads), as ``message_receive``'s claim does.
+    ``answered_seq``, ``last_seq``, ``customer_id`` and ``address_key`` (what answering reads),
+    as ``message_receive``'s claim does.
     """
     conv_table = connection.ops.quote_name(Conversation._meta.db_table)
     msg_table = connection.ops.quote_name(Message._meta.db_table)
@@ -120,13 +129,19 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {conv_table} SET answered_seq = %s, claim_until = %s WHERE id = %s AND answered_seq = %s "
-                "RETURNING status, locale, last_seq",
+                "RETURNING status, locale, last_seq, customer_id, address_key",
                 [msg.seq, _claim_deadline_db(), pk, msg.claimed_after],  # type: ignore[attr-defined]
             )
             won = cursor.fetchone()
         if won is not None:
             conv = Conversation(
-                id=conversation_id, status=won[0], locale=won[1], answered_seq=msg.seq, last_seq=int(won[2])
+                id=conversation_id,
+                status=won[0],
+                locale=won[1],
+                answered_seq=msg.seq,
+                last_seq=int(won[2]),
+                customer_id=won[3],
+                address_key=won[4],
             )
             return msg, conv
 

@@ -36,6 +36,7 @@ ProviderErrorCode = Literal[
     "bad_request",  # 400/404/422 and other 4xx: this request will never succeed there
     "auth",  # 401/403 or missing credentials
     "malformed",  # the upstream sent something that is not a valid chunk
+    "budget",  # kefu did not call: the spend budgets leave no room for it (routing.budgets)
 ]
 
 

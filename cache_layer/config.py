@@ -121,3 +121,7 @@ def cache_config() -> CacheConfig:
 def _forget(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith(("KEFU_CACHE_", "KEFU_EMBED_")) or setting == "REDIS_URL":
         cache_config.cache_clear()
+    if setting == "KEFU_CACHE_SLOTS_PATH":
+        from . import slots
+
+        slots.forget()

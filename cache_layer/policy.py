@@ -141,6 +141,78 @@ _PRONOUNS_EN = {
 _PRONOUN_LEAD_EN = {"it", "its", "it's", "that", "this", "those", "these", "they", "them", "same", "which one"}
 _FOLLOW_OPENERS_ZH = re.compile(r"^(?:那|那么|还有|另外|然后|而且|再|那个|这个|它)")
 _DEICTIC_ZH = re.compile(r"它|这个|那个|这款|那款|这件|那件|这种|那种|这双|那双|这些|那些|同样|一样的")
+# Replies that only make sense after the bot's last turn: "不行哦", "好的亲", "ok thanks", "yes
+# please", "sí", "はい". After the polite particles are stripped, a Chinese turn of at most
+# SHORT_REPLY_ZH_CHARS characters is one (a two-character topic such as "运费" is then a miss, not a
+# wrong hit: it is rewritten from the conversation first).
+_REPLY_PARTICLES_ZH = re.compile(r"[哦噢喔啊呀吧嘛呢啦哈嗯亲的了吗么]+")
+SHORT_REPLY_ZH_CHARS = 3
+_REPLY_WORDS = {
+    "yes",
+    "yeah",
+    "yep",
+    "yup",
+    "no",
+    "nope",
+    "nah",
+    "ok",
+    "okay",
+    "k",
+    "sure",
+    "fine",
+    "great",
+    "good",
+    "cool",
+    "perfect",
+    "right",
+    "correct",
+    "wrong",
+    "thanks",
+    "thank",
+    "you",
+    "please",
+    "pls",
+    "not",
+    "really",
+    "sounds",
+    "alright",
+    "agreed",
+    "done",
+    "same",
+    "again",
+    "why",
+    "how",
+    "so",
+    "then",
+    "what",
+    "huh",
+    "hmm",
+    "maybe",
+    "exactly",
+    "true",
+    "false",
+    "never",
+    "mind",
+    "si",
+    "sí",
+    "vale",
+    "claro",
+    "gracias",
+    "oui",
+    "non",
+    "merci",
+    "ja",
+    "nein",
+    "danke",
+    "sim",
+    "não",
+}
+# Openers that lean on the previous turn in other languages: Spanish, French, German, Portuguese,
+# Italian ("y el azul?", "et en noir ?", "und in blau?"), Japanese ("それは", "じゃあ", "あと").
+_FOLLOW_OPENERS_OTHER = re.compile(
+    r"^(?:(?:y|e|et|und|o|ou|oder|pero|mais|aber|ma|entonces|alors|dann|então|quindi|y qué|et pour|und was)\b"
+    r"|それ|あれ|これ|じゃあ|では|あと|で、|そちら)"
+)
 #: Questions this short (words) with a back-referring pronoun are taken as follow-ups.
 SHORT_EN_WORDS = 7
 #: Chinese questions this short (characters) ending in 呢 or with a deictic word are follow-ups.
@@ -152,15 +224,24 @@ def is_follow_up(text: str) -> bool:
 
     English: opens with a connective ("and", "what about", ...), opens with a pronoun, or is short
     (at most :data:`SHORT_EN_WORDS` words) and holds a back-referring pronoun ("how much is it?",
-    "can I return that one?"). Chinese: opens with 那/还有/另外..., ends in 呢 while short, or is
-    short and holds a deictic word (它, 这个, 那款...). Over-matching only costs a cache miss.
+    "can I return that one?"), or is only reply words ("ok thanks", "yes please"). Chinese: opens
+    with 那/还有/另外..., ends in 呢 while short, is short and holds a deictic word (它, 这个,
+    那款...), or is a bare reply of at most three characters once particles are dropped ("不行哦",
+    "好的亲"). Other languages: a connective opener ("y el azul?", "et en noir ?", "それは？").
+    Over-matching only costs a cache miss.
     """
     t = unicodedata.normalize("NFKC", text).strip().lower()
     if not t:
         return False
+    t = re.sub(r"^[¿¡\s]+", "", t)
+    if _FOLLOW_OPENERS_OTHER.match(t):
+        return True
     cjk = re.findall(rf"[{_CJK}]", t)
     if cjk:
         if _FOLLOW_OPENERS_ZH.match(t):
+            return True
+        core_zh = _REPLY_PARTICLES_ZH.sub("", "".join(cjk))
+        if len(core_zh) <= SHORT_REPLY_ZH_CHARS and not re.search(r"[a-z0-9]", t):
             return True
         core = re.sub(r"[\s?？!！。.,，~]+$", "", t)
         if core.endswith("呢") and len(cjk) <= SHORT_ZH_CHARS:
@@ -170,6 +251,9 @@ def is_follow_up(text: str) -> bool:
     t_en = t.replace("’", "'")
     if _FOLLOW_OPENERS_EN.match(t_en):
         return True
+    letters = re.findall(r"[^\W\d_]+", t_en)
+    if letters and not cjk and all(w in _REPLY_WORDS for w in letters):
+        return True  # "ok thanks", "yes please", "not really", "sí"
     words = _WORD.findall(t_en)
     if not words:
         return False

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from lib.text import CJK_CLASS
 
 from .normalise import exact_key_text
+from .slots import slots_agree
 
 _CJK = CJK_CLASS
 _TOKEN = re.compile(rf"[{_CJK}]|[a-z]+|\d+(?:\.\d+)?")
@@ -473,8 +474,10 @@ def hard_guard(question_a: str, question_b: str) -> tuple[bool, str]:
     """The rules no similarity score may overrule: numbers equal, both negated or neither, no
     named thing on one side that the other lacks as a word, the same kinds of question (why /
     when / where / who / how many / how long), and the same order of the same content words
-    when a directed word ("to", "into", "than"...) makes order matter. Returns ``(ok, reason)``
-    with reason ``"ok"``, ``"numbers_differ"``, ``"negation_mismatch"``,
+    when a directed word ("to", "into", "than"...) makes order matter, and the same values of
+    every answer-changing slot (``cache_layer.slots``: kind of delivery, kind of address, payment
+    method, account kind, time). Returns ``(ok, reason)`` with reason ``"ok"``,
+    ``"numbers_differ"``, ``"negation_mismatch"``, ``"slot_differs: ..."``,
     ``"named_thing_differs: words"``, ``"question_kind_differs"`` or ``"order_differs"``.
     Symmetric and pure."""
     a, b = key_terms(question_a), key_terms(question_b)
@@ -482,6 +485,9 @@ def hard_guard(question_a: str, question_b: str) -> tuple[bool, str]:
         return False, "numbers_differ"
     if a.negated != b.negated:
         return False, "negation_mismatch"
+    ok, reason = slots_agree(question_a, question_b)
+    if not ok:
+        return False, reason
     # A capitalised word counts when the other question lacks the word entirely (in any case):
     # "Pro account" vs "pro account" agree; "Detroit" vs "Toronto" do not.
     differ = (named_things(question_a) - b.content) | (named_things(question_b) - a.content)

@@ -424,6 +424,10 @@ KEFU_CACHE_SEMANTIC_CANDIDATES = _env("int", "KEFU_CACHE_SEMANTIC_CANDIDATES", d
 KEFU_CACHE_INTENT_COSINE = _env("float", "KEFU_CACHE_INTENT_COSINE", default=0.85)
 KEFU_CACHE_INTENT_CONFIDENCE = _env("float", "KEFU_CACHE_INTENT_CONFIDENCE", default=0.7)
 KEFU_CACHE_AMBIGUITY_MARGIN = _env("float", "KEFU_CACHE_AMBIGUITY_MARGIN", default=0.03)
+# The slot guard's vocabulary (cache_layer/slots.py): a store's extra slots and values (its product
+# categories...), merged over cache_layer/data/slots.json; "" = the shipped vocabulary only.
+_slots_path = env.str("KEFU_CACHE_SLOTS_PATH", default="")
+KEFU_CACHE_SLOTS_PATH = str(BASE_DIR / _slots_path) if _slots_path else ""
 # How stale a scope's in-memory index may be about other workers' new entries, ms (0 = always check).
 KEFU_CACHE_INDEX_REFRESH_MS = _env("float", "KEFU_CACHE_INDEX_REFRESH_MS", default=5000.0)
 # Exact store (cache_layer/exact_store.py): Redis when REDIS_URL is set, else this process's memory.

@@ -76,10 +76,14 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
          "shopper_messages", "cost_usd", "saved_usd", "saved_share",
          "cost_by_purpose": {purpose: usd}, "cost_by_tier": {tier: usd},
          "cache": {"hits", "exact", "semantic", "remote_answers", "hit_rate"},
-         "upstream": {"calls", "by_outcome": {outcome: n}, "failure_rate",
-                      "ttft_ms": {tier: {"p50", "p95"}}},
+         "upstream": {"calls", "by_outcome": {outcome: n}, "failure_rate", "stopped",
+                      "budget_skips", "ttft_ms": {tier: {"p50", "p95"}}},
          "handoffs": {"answers", "waiting_now", "with_agent_now"}}
 
+    ``failure_rate`` is the upstream's: failed attempts over attempts, not counting what kefu
+    itself ended — ``stopped`` (``error_code`` ``abandoned``: an agent took the conversation
+    over, the shopper's answer was fenced or its reader left) — nor tiers a spend budget skipped
+    (``budget_skips``, ``routing.budgets``: no request was sent).
     Shares and rates are fractions in [0, 1] (``None`` when their denominator is 0); USD floats
     rounded to 6 places; milliseconds to 0.1. Raises ``ValueError`` for a window out of range.
     """
@@ -111,12 +115,19 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
     cost_by_purpose: dict[str, Decimal] = defaultdict(Decimal)
     cost_by_tier: dict[str, Decimal] = defaultdict(Decimal)
     by_outcome: dict[str, int] = defaultdict(int)
-    for call in calls.values("purpose", "tier", "outcome").annotate(n=Count("id"), usd=Sum("cost_usd")):
+    stopped = budget_skips = 0
+    for call in calls.values("purpose", "tier", "outcome", "error_code").annotate(n=Count("id"), usd=Sum("cost_usd")):
         cost_by_purpose[call["purpose"]] += call["usd"] or Decimal("0")
         cost_by_tier[call["tier"]] += call["usd"] or Decimal("0")
         by_outcome[call["outcome"]] += call["n"]
+        if call["error_code"] == "abandoned":
+            stopped += call["n"]
+        elif call["error_code"] == "budget":
+            budget_skips += call["n"]
     cost = sum(cost_by_purpose.values(), Decimal("0"))
     n_calls = sum(by_outcome.values())
+    failed_attempts = calls.filter(outcome="failed").exclude(error_code__in=("abandoned", "budget")).count()
+    sent = n_calls - budget_skips
     upstream_ttft: dict[str, Any] = {}
     for tier in sorted(cost_by_tier):
         values = [
@@ -154,7 +165,9 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
         "upstream": {
             "calls": n_calls,
             "by_outcome": dict(sorted(by_outcome.items())),
-            "failure_rate": by_outcome.get("failed", 0) / n_calls if n_calls else None,
+            "failure_rate": failed_attempts / sent if sent else None,
+            "stopped": stopped,
+            "budget_skips": budget_skips,
             "ttft_ms": upstream_ttft,
         },
         "handoffs": {"answers": counts.get("handoff", 0), "waiting_now": waiting, "with_agent_now": with_agent},

@@ -87,6 +87,21 @@ def test_summary_figures(traffic: Conversation) -> None:
     assert ops.summary(hours=4)["answers"]["by_route"]["faq"]["count"] == 3
 
 
+def test_take_overs_and_budget_skips_are_not_upstream_failures(traffic: Conversation) -> None:
+    """One trial showed a 17% "failure" rate that was agents taking conversations over: an answer
+    stopped by kefu (ledger error_code ``abandoned``) or a tier a spend budget skipped (``budget``,
+    no request sent) is not the upstream failing."""
+    for outcome, code in [("failed", "abandoned"), ("failed", "abandoned"), ("failed", "budget"), ("failed", "server")]:
+        UpstreamCall.objects.create(
+            conversation=traffic, tier="simple", model="m", outcome=outcome, error_code=code, latency_ms=1
+        )
+    up = ops.summary(hours=1)["upstream"]
+    assert up["calls"] == 8 and up["by_outcome"] == {"failed": 4, "ok": 3, "retried": 1}
+    assert up["stopped"] == 2 and up["budget_skips"] == 1
+    # 1 real failure (server) over the 7 attempts that were sent
+    assert up["failure_rate"] == pytest.approx(1 / 7)
+
+
 def test_an_empty_window_has_no_rates() -> None:
     s = ops.summary(hours=1)
     assert s["answers"]["total"] == 0 and s["cost_usd"] == 0.0

@@ -28,11 +28,12 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Sum
+from django.conf import settings
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from chat.models import Conversation, ConversationStatus, Message, Role
-from routing.models import UpstreamCall
+from routing.models import BudgetCounter, UpstreamCall
 
 #: Newest answers per route read for the percentiles (bounds the work of one summary).
 MAX_SAMPLES = 20_000
@@ -78,7 +79,8 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
          "cache": {"hits", "exact", "semantic", "remote_answers", "hit_rate"},
          "upstream": {"calls", "by_outcome": {outcome: n}, "failure_rate", "stopped",
                       "budget_skips", "ttft_ms": {tier: {"p50", "p95"}}},
-         "handoffs": {"answers", "waiting_now", "with_agent_now"}}
+         "handoffs": {"answers", "waiting_now", "with_agent_now"},
+         "budgets": see :func:`budgets_now`}
 
     ``failure_rate`` is the upstream's: failed attempts over attempts, not counting what kefu
     itself ended — ``stopped`` (``error_code`` ``abandoned``: an agent took the conversation
@@ -171,6 +173,59 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
             "ttft_ms": upstream_ttft,
         },
         "handoffs": {"answers": counts.get("handoff", 0), "waiting_now": waiting, "with_agent_now": with_agent},
+        "budgets": budgets_now(today=timezone.localdate(end)),
+    }
+
+
+#: Payers listed by :func:`budgets_now`, the most used first.
+TOP_PAYERS = 10
+
+
+def budgets_now(*, today: Any = None) -> dict[str, Any]:
+    """Where the spend budgets (``routing.budgets``) stand today and this month::
+
+        {"soft_share", "payers": {"past_soft", "spent"},
+         "top": [{"kind", "key", "period", "spent_usd", "reserved_usd", "limit_usd", "share"}],
+         "tiers": {tier: {"spent_usd", "reserved_usd", "limit_usd", "share"}}}
+
+    ``past_soft`` / ``spent``: payers' budgets (customer, conversation, address, key; day or
+    month) at or past ``KEFU_BUDGET_SOFT_SHARE`` / at or past their limit; ``top``: the
+    :data:`TOP_PAYERS` most used (share = (spent + held) / limit, a fraction); ``tiers``: the
+    store-wide daily caps. Customer ids and addresses are keyed hashes. USD floats to 6 places."""
+    day = today or timezone.localdate()
+    month = day.replace(day=1)
+    soft = float(settings.KEFU_BUDGET_SOFT_SHARE)
+    rows = (
+        BudgetCounter.objects.filter(limit_usd__gt=0)
+        .filter(Q(period="day", starts_on=day) | Q(period="month", starts_on=month))
+        .values("kind", "key", "period", "spent_usd", "reserved_usd", "limit_usd")
+    )
+    payers: list[dict[str, Any]] = []
+    tiers: dict[str, Any] = {}
+    for r in rows:
+        share = float((r["spent_usd"] + r["reserved_usd"]) / r["limit_usd"])
+        item = {
+            "kind": r["kind"],
+            "key": r["key"],
+            "period": r["period"],
+            "spent_usd": _usd(r["spent_usd"]),
+            "reserved_usd": _usd(r["reserved_usd"]),
+            "limit_usd": _usd(r["limit_usd"]),
+            "share": share,
+        }
+        if r["kind"] == "tier":
+            tiers[r["key"]] = {k: item[k] for k in ("spent_usd", "reserved_usd", "limit_usd", "share")}
+        else:
+            payers.append(item)
+    payers.sort(key=lambda p: (-p["share"], p["kind"], p["key"]))
+    return {
+        "soft_share": soft,
+        "payers": {
+            "past_soft": sum(1 for p in payers if p["share"] >= soft),
+            "spent": sum(1 for p in payers if p["share"] >= 1.0),
+        },
+        "top": payers[:TOP_PAYERS],
+        "tiers": dict(sorted(tiers.items())),
     }
 
 

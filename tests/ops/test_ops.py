@@ -102,6 +102,45 @@ def test_take_overs_and_budget_skips_are_not_upstream_failures(traffic: Conversa
     assert up["failure_rate"] == pytest.approx(1 / 7)
 
 
+def test_budgets_now_lists_the_most_used_and_counts_those_past_the_soft_share(client: Any, settings: Any) -> None:
+    from routing.models import BudgetCounter
+
+    settings.KEFU_BUDGET_SOFT_SHARE = 0.8
+    today = timezone.localdate()
+    for kind, key, period, spent, held, limit in [
+        ("conversation", "c1", "day", "0.45", "0.05", "0.50"),  # 100%: spent
+        ("customer", "h2", "month", "4.00", "0.10", "5.00"),  # 82%: past the soft share
+        ("address", "a3", "day", "1.00", "0", "5.00"),  # 20%
+        ("tier", "complex", "day", "30.00", "2.00", "40.00"),  # 80% of the store cap
+        ("conversation", "old", "day", "0.50", "0", "0.50"),  # yesterday: not counted
+    ]:
+        BudgetCounter.objects.create(
+            kind=kind,
+            key=key,
+            period=period,
+            starts_on=(today - timedelta(days=1))
+            if key == "old"
+            else (today.replace(day=1) if period == "month" else today),
+            spent_usd=Decimal(spent),
+            reserved_usd=Decimal(held),
+            limit_usd=Decimal(limit),
+        )
+    b = ops.budgets_now()
+    assert b["payers"] == {"past_soft": 2, "spent": 1}
+    assert [(p["kind"], p["key"], round(p["share"], 2)) for p in b["top"]] == [
+        ("conversation", "c1", 1.0),
+        ("customer", "h2", 0.82),
+        ("address", "a3", 0.2),
+    ]
+    assert b["top"][0]["spent_usd"] == 0.45 and b["top"][0]["reserved_usd"] == 0.05
+    assert b["tiers"] == {"complex": {"spent_usd": 30.0, "reserved_usd": 2.0, "limit_usd": 40.0, "share": 0.8}}
+    staff = User.objects.create_user("ops", password="pw", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_costs"))
+    client.force_login(staff)
+    page = client.get("/ops/").content.decode()
+    assert "Spend budgets now" in page and "complex tier (store cap)" in page and "2 budgets" in page
+
+
 def test_an_empty_window_has_no_rates() -> None:
     s = ops.summary(hours=1)
     assert s["answers"]["total"] == 0 and s["cost_usd"] == 0.0

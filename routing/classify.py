@@ -53,9 +53,13 @@ def classify(text: str, locale: str) -> Classified:
     # 0 declined either way; CLINC oos_val: 78% vs 77% declined).
     norm = normalise_text(text)
     vector = embed_batched([norm])[0] if norm else None
-    model, scope = registry.model, registry.scope
+    snapshot = registry.snapshot
+    model, scope = snapshot.model, snapshot.scope
     out = Classified()
-    out.match = model.match(text, locale=locale) if model is not None else None
+    # The FAQ answers only in a language it has entries for: a question in another language goes
+    # on to a remote model, which answers in it (or to a person), grounded on the entries it matches.
+    if model is not None and locale in snapshot.locales:
+        out.match = model.match(text, locale=locale)
     if out.match is not None and out.match.accepted:
         return out
     if scope is not None:

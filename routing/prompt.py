@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from lib.text import language_name
+
 from .tokens import PromptCounter
 
 log = logging.getLogger(__name__)
@@ -96,15 +98,13 @@ def instructions(locale: str) -> str:
     """kefu's own instructions to the model, as sent (the system prompt before the store
     information): what an answer must never repeat (``routing.injection.LeakGuard``)."""
     head = SYSTEM_PROMPT.split("Store information:")[0]
-    return head.format(store=settings.KEFU_STORE_NAME, language="Chinese" if locale == "zh" else "English")
+    return head.format(store=settings.KEFU_STORE_NAME, language=language_name(locale))
 
 
 def system_message(*, grounding: Sequence[tuple[str, str]], locale: str, summary: str = "") -> str:
     """The system message: instructions, ``grounding`` as Q/A pairs, and the summary (if any)."""
     facts = "\n".join(f"- Q: {q}\n  A: {a}" for q, a in grounding) or "- (no matching store information)"
-    system = SYSTEM_PROMPT.format(
-        store=settings.KEFU_STORE_NAME, language="Chinese" if locale == "zh" else "English", grounding=facts
-    )
+    system = SYSTEM_PROMPT.format(store=settings.KEFU_STORE_NAME, language=language_name(locale), grounding=facts)
     if summary.strip():
         system += f"\n\n{SUMMARY_HEADING} {summary.strip()}"
     return system

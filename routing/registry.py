@@ -13,10 +13,13 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.db.models import Count, Max
+
+from lib.text import language_code
 
 from . import trainer
 from .faq_model import FaqModel, FaqTrainingEntry
@@ -50,6 +53,11 @@ class FaqSnapshot:
     fingerprint: tuple[int, str] | None = None
     # What the models learnt from (training entries, thresholds): equal means no retrain is needed.
     trained_on: tuple[object, ...] | None = None
+
+    @cached_property
+    def locales(self) -> frozenset[str]:
+        """The languages (ISO 639-1) the FAQ has entries in: the FAQ answers only in these."""
+        return frozenset(language_code(v.locale) for v in self.entries.values())
 
 
 class FaqRegistry:

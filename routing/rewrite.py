@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from django.conf import settings
 
 from lib.logredact import shopper_text
+from lib.text import language_name
 
 from .complete import complete
 from .providers.base import ProviderError
@@ -79,7 +80,7 @@ def build_rewrite_messages(*, history: Sequence[tuple[str, str]], text: str, loc
             body = body[:REWRITE_TURN_MAX_CHARS] + "…"
         lines.append(f"{'Shopper' if role == 'shopper' else 'Store'}: {body}")
     transcript = "\n".join(lines) or "(no earlier messages)"
-    language = "Chinese" if locale == "zh" else "English"
+    language = language_name(locale)
     return [
         {"role": "system", "content": REWRITE_SYSTEM_PROMPT.format(language=language)},
         {"role": "user", "content": f"Conversation:\n{transcript}\n\nShopper's last message: {text.strip()}"},

@@ -60,7 +60,7 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
 
     classified = await classified_text(text, locale)
     match, verdict = classified.match, classified.verdict
-    if match is not None and match.accepted and match.entry_id is not None:
+    if match is not None and match.accepted and match.entry_id is not None:  # never in a language the FAQ lacks
         entry = registry.entries.get(match.entry_id)
         if entry is not None:
             # Prefer the same intent in the shopper's language.

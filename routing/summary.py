@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
+from lib.text import language_name
+
 from . import privacy
 from .complete import complete_blocking
 from .prompt import Turn, context_tokens, system_message, turns_that_fit
@@ -83,7 +85,7 @@ def build_summary_messages(*, previous: str, turns: Sequence[Turn], locale: str)
         for turn in turns
         for role, body in turn
     ]
-    language = "Chinese" if locale == "zh" else "English"
+    language = language_name(locale)
     return [
         {"role": "system", "content": SUMMARY_SYSTEM_PROMPT.format(store=settings.KEFU_STORE_NAME, language=language)},
         {

@@ -13,7 +13,8 @@ What is warmed:
 * the tokenizer of every configured tier's model (``routing.tokens.warm_tokenizer``), so prompt
   budgets are counted exactly from the first message;
 * the tier classifier (``routing.classifier.get_classifier``: trains on the shipped labels);
-* the answer cache's intent model and the embedder (one embedding).
+* the answer cache's intent model and the embedder (one embedding);
+* the language detector's models (``lib.text``).
 
 A failure is logged and reported as ``error: ...`` by :func:`status`; the server still serves
 (each part loads again lazily at first use and raises there).
@@ -29,6 +30,7 @@ from django.db import close_old_connections
 
 from cache_layer.embeddings import embed_batched
 from cache_layer.intent_model import get_intent_model
+from lib.text import configured_detector
 
 from . import tokens
 from .classifier import get_classifier
@@ -89,4 +91,5 @@ def warm() -> None:
     get_classifier()
     get_intent_model()
     embed_batched(["warm up"])
-    log.info("router warm: SDK imported, tokenizers loaded, tier classifier trained")
+    configured_detector().warm()  # lingua's language models, ~1-2 s
+    log.info("router warm: SDK imported, tokenizers loaded, tier classifier trained, language models loaded")

@@ -16,6 +16,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from lib.text import supported_locale
+
 from .. import answering, availability, errors, events, identity, limits, selectors, services, shutdown, streams
 from ..models import MessageState
 from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_contact, validate_message
@@ -113,9 +115,8 @@ class ShopperConsumer(FrameSocket):
         after = content.get("after", 0)
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise ProtocolError("invalid", "after must be a non-negative integer")
-        locale = content.get("locale", "en")
-        if locale not in ("en", "zh"):
-            locale = "en"
+        # A language kefu detects (KEFU_LANGUAGES), by its primary subtag ("es-MX" -> "es"); else English.
+        locale = supported_locale(content.get("locale"))
         who: identity.ShopperIdentity | None = None
         if content.get("identity") is not None:
             # A signed identity token from the store (chat.identity): refused -> an error frame

@@ -19,6 +19,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from lib.text import supported_locale
+
 from ..errors import AccessDenied, NotFound
 from ..identity import ShopperIdentity, customer_token
 from ..models import Conversation, ConversationStatus, Message, Role
@@ -33,9 +35,15 @@ def conversation_start(*, locale: str = "en", address_key: str = "") -> tuple[Co
     ``address_key``: the keyed hash of the network it was started from (``chat.identity.address_key``)."""
     token = secrets.token_urlsafe(32)
     conv = Conversation.objects.create(
-        token_hash=_hash_token(token), locale=locale if locale in ("en", "zh") else "en", address_key=address_key
+        token_hash=_hash_token(token), locale=supported_locale(locale), address_key=address_key
     )
     return conv, token
+
+
+def conversation_locale_set(*, conversation_id: uuid.UUID, locale: str) -> None:
+    """Remember the language the shopper now writes in (``locale``, one of ``KEFU_LANGUAGES``),
+    so that their next short or ambiguous message ("ok", "y el azul?") is taken in it too."""
+    Conversation.objects.filter(pk=conversation_id).exclude(locale=locale).update(locale=supported_locale(locale))
 
 
 def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> Conversation:

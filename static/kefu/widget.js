@@ -180,12 +180,16 @@
     },
   };
 
+  // The page's language (its primary subtag) goes to the server as the conversation's language;
+  // the server detects each message's own language from there. The widget's own strings exist in
+  // English and Chinese and fall back to English.
   function pickLocale() {
     const wanted = (script.dataset.locale || document.documentElement.lang || "en").toLowerCase();
-    return wanted.startsWith("zh") ? "zh" : "en";
+    return wanted.split(/[-_]/)[0] || "en";
   }
   const LOCALE = pickLocale();
-  const T = STRINGS[LOCALE];
+  const UI = STRINGS[LOCALE] ? LOCALE : "en";
+  const T = STRINGS[UI];
   const TITLE = script.dataset.title || T.title;
 
   // ---------------------------------------------------------------------------------------------
@@ -437,7 +441,7 @@
   shadow.appendChild(link);
 
   const root = h("div", "kefu-root");
-  root.lang = LOCALE === "zh" ? "zh-CN" : "en";
+  root.lang = UI === "zh" ? "zh-CN" : "en";
   root.hidden = true; // until the stylesheet is in: no flash of unstyled widget
   root.dataset.conn = "idle";
   shadow.appendChild(root);
@@ -598,7 +602,7 @@
         label.appendChild(document.createTextNode(" "));
         label.appendChild(h("span", "kefu-tag", T.staff));
       }
-      label.appendChild(h("span", "kefu-sr", LOCALE === "zh" ? "：" : ":"));
+      label.appendChild(h("span", "kefu-sr", UI === "zh" ? "：" : ":"));
       rec.bubble = h("div", "kefu-bubble");
       rec.meta = h("div", "kefu-meta");
       row.append(label, rec.bubble, rec.meta);
@@ -950,7 +954,7 @@
   function errorText(frame) {
     const known = T.errors[frame.code];
     if (known) return known;
-    if (LOCALE === "en" && typeof frame.message === "string" && frame.message.trim()) return frame.message;
+    if (UI === "en" && typeof frame.message === "string" && frame.message.trim()) return frame.message;
     return T.errors.generic;
   }
 

@@ -27,7 +27,9 @@ class CacheConfig:
     ``bench/cache_guard_eval.py``). ``guard_max_extra``: content words one question may add (>= 0,
     ``similarity.guard``). ``semantic_candidates``: nearest neighbours judged per lookup (>= 1).
     ``intent_cosine`` / ``intent_confidence``: the same-intent rule (``intent_model.py``; a
-    confidence above 1 switches it off). ``ambiguity_margin``: cosine margin under which two
+    confidence above 1 switches it off). ``slot_cosine``: the same-slots rule (both questions
+    name the same answer-changing slot values, at least one; ``slots.py``; above 1: off).
+    ``ambiguity_margin``: cosine margin under which two
     candidates with different answers are both refused (>= 0). ``index_refresh_s``: how stale a
     scope's index may be about other workers' new entries, seconds (>= 0; the setting is
     ``KEFU_CACHE_INDEX_REFRESH_MS`` in ms). ``local_max_entries``: bound of the in-process exact
@@ -46,6 +48,7 @@ class CacheConfig:
     semantic_candidates: int
     intent_cosine: float
     intent_confidence: float
+    slot_cosine: float
     ambiguity_margin: float
     index_refresh_s: float
     local_max_entries: int
@@ -69,6 +72,7 @@ class CacheConfig:
             semantic_candidates=int(settings.KEFU_CACHE_SEMANTIC_CANDIDATES),
             intent_cosine=float(settings.KEFU_CACHE_INTENT_COSINE),
             intent_confidence=float(settings.KEFU_CACHE_INTENT_CONFIDENCE),
+            slot_cosine=float(settings.KEFU_CACHE_SLOT_COSINE),
             ambiguity_margin=float(settings.KEFU_CACHE_AMBIGUITY_MARGIN),
             index_refresh_s=float(settings.KEFU_CACHE_INDEX_REFRESH_MS) / 1000,
             local_max_entries=int(settings.KEFU_CACHE_LOCAL_MAX_ENTRIES),
@@ -91,6 +95,7 @@ class CacheConfig:
             ("KEFU_CACHE_GUARD_MAX_EXTRA", self.guard_max_extra >= 0, "0 or more words"),
             ("KEFU_CACHE_SEMANTIC_CANDIDATES", self.semantic_candidates >= 1, "1 or more"),
             ("KEFU_CACHE_INTENT_COSINE", -1.0 <= self.intent_cosine <= 1.0, "a cosine in -1..1"),
+            ("KEFU_CACHE_SLOT_COSINE", -1.0 <= self.slot_cosine <= 1.01, "a cosine in -1..1 (above 1: off)"),
             (
                 "KEFU_CACHE_INTENT_CONFIDENCE",
                 self.intent_confidence >= 0.0,

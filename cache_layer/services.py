@@ -263,7 +263,8 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
        normalisation as at :func:`store`; computed from ``question`` when ``None``) against the
        scope's vectors; the ``KEFU_CACHE_SEMANTIC_CANDIDATES`` nearest are judged by
        :func:`~cache_layer.similarity.semantic_verdict` (hard guard; same resolved intent above
-       ``KEFU_CACHE_INTENT_COSINE``, or the strict lexical rule above
+       ``KEFU_CACHE_INTENT_COSINE``, the same answer-changing slots above
+       ``KEFU_CACHE_SLOT_COSINE``, or the strict lexical rule above
        ``KEFU_CACHE_SEMANTIC_THRESHOLD``). The closest live one that passes is served, unless
        another passing one with a different answer is within ``KEFU_CACHE_AMBIGUITY_MARGIN`` of
        its cosine (then nothing is: which answer is right would be a guess).
@@ -299,9 +300,9 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         log.warning("cache lookup: embedding dim %s does not match the scope's %s", vec.shape[0], idx.dim)
         return None
     cfg = cache_config()
-    lexical_t, intent_t = cfg.semantic_threshold, cfg.intent_cosine
+    lexical_t, intent_t, slot_t = cfg.semantic_threshold, cfg.intent_cosine, cfg.slot_cosine
     found = idx.search(vec, cfg.semantic_candidates)  # nearest first, exact cosines
-    candidates = [n for n, sim in enumerate(found.sims) if sim >= min(lexical_t, intent_t)]
+    candidates = [n for n, sim in enumerate(found.sims) if sim >= min(lexical_t, intent_t, slot_t)]
     if not candidates:
         return None
     model = get_intent_model() if cfg.intent_confidence <= 1.0 else None
@@ -320,6 +321,7 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
             intent_threshold=intent_t,
             intent_confidence=cfg.intent_confidence,
             max_extra=cfg.guard_max_extra,
+            slot_threshold=slot_t,
         )
         if verdict.ok:
             passing.append((i, sim, verdict.rule))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from lib.text import CJK_CLASS
 
 from .normalise import exact_key_text
-from .slots import slots_agree
+from .slots import anchored, slot_words, slots_agree
 
 _CJK = CJK_CLASS
 _TOKEN = re.compile(rf"[{_CJK}]|[a-z]+|\d+(?:\.\d+)?")
@@ -506,6 +506,130 @@ def hard_guard(question_a: str, question_b: str) -> tuple[bool, str]:
     return True, "ok"
 
 
+#: Words of store chat that never change an answer on their own (lemmas, as ``_lemma`` makes
+#: them): "If I pay for express delivery, how quickly will it arrive?" asks what "How long does
+#: express shipping take?" asks. Written for kefu; the same-slots rule's residual check skips them.
+GENERIC_STORE_WORDS = frozenset(
+    _lemma(w)
+    for w in [
+        "order",
+        "item",
+        "product",
+        "thing",
+        "stuff",
+        "purchase",
+        "buy",
+        "bought",
+        "get",
+        "got",
+        "pay",
+        "payment",
+        "accept",
+        "take",
+        "option",
+        "checkout",
+        "possible",
+        "use",
+        "site",
+        "website",
+        "store",
+        "shop",
+        "online",
+        "app",
+        "day",
+        "week",
+        "hour",
+        "time",
+        "need",
+        "want",
+        "like",
+        "would",
+        "help",
+        "know",
+        "way",
+        "available",
+        "offer",
+        "have",
+        "come",
+        "arrive",
+        "arrival",
+        "ship",
+        "shipping",
+        "delivery",
+        "deliver",
+        "parcel",
+        "package",
+        "send",
+        "sent",
+        "choose",
+        "pick",
+        "select",
+        "quickly",
+        "fast",
+        "soon",
+        "long",
+        "usually",
+        "normally",
+        "typically",
+        "also",
+        "still",
+        "please",
+        "thanks",
+        "thank",
+        "hi",
+        "hello",
+        "able",
+        "allowed",
+        "ok",
+        "okay",
+        "really",
+        "exactly",
+        "just",
+        "currently",
+        "make",
+        "go",
+        "see",
+        "find",
+        "tell",
+        "give",
+        "let",
+        "put",
+        "try",
+        "work",
+        "support",
+        "service",
+        "customer",
+        "place",
+        "placed",
+        "receive",
+        "received",
+        "usual",
+        "possibility",
+        "question",
+        "ask",
+        "wondering",
+        "wonder",
+        "info",
+        "information",
+        "detail",
+        "details",
+        "there",
+    ]
+)
+
+
+@functools.lru_cache(maxsize=8192)
+def residual_terms(text: str) -> frozenset[str]:
+    """The content lemmas of an English ``text`` that its slots (``cache_layer.slots.slot_words``)
+    and :data:`GENERIC_STORE_WORDS` do not account for: what a question asks about beyond its
+    slots (``"Does the walnut floor lamp come with a dimmer switch?"`` -> ``{"floor", "dimmer",
+    "switch"}``). Empty for text with CJK characters, whose content is read by character."""
+    if re.search(rf"[{_CJK}]", text):
+        return frozenset()
+    covered = {_lemma(w) for w in slot_words(text)}
+    return frozenset(w for w in key_terms(text).content if w not in covered and w not in GENERIC_STORE_WORDS)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Whether a cached question may answer a new one. ``rule``: ``"same_intent"`` or
@@ -525,6 +649,7 @@ def semantic_verdict(
     intent_threshold: float,
     intent_confidence: float,
     max_extra: int = 0,
+    slot_threshold: float = 2.0,
 ) -> Verdict:
     """The semantic cache's hit rule for one candidate (pure; the caller computed the cosine).
 
@@ -533,7 +658,17 @@ def semantic_verdict(
        or ``None`` without an intent model. Both resolved to store intents with confidence >=
        ``intent_confidence``: the same intent and ``similarity >= intent_threshold`` is a hit
        (``"same_intent"``); different intents never are (``"intent_differs"``).
-    3. Otherwise the strict lexical rule: ``similarity >= lexical_threshold`` and :func:`guard`
+    3. Both name the same answer-changing slot values, the action, aspect and variant slots
+       included (``cache_layer.slots.slots_agree(every_slot=True)``), at least one of an anchor
+       slot (``cache_layer.slots.anchored``: delivery, address, payment, account, product,
+       material), the same words beyond them (:func:`residual_terms`: "dimmer switch" is not
+       "foot switch" on the same walnut lamp) and ``similarity >= slot_threshold``: a hit
+       (``"same_slots"``).
+       The slots anchor the topic and fix what changes its answer, so a paraphrase need not share
+       the words ("How long does express shipping take?" / "If I pay for express delivery, how
+       quickly will it arrive?"). Off with a threshold above 1 (the default, for callers that
+       predate it).
+    4. Otherwise the strict lexical rule: ``similarity >= lexical_threshold`` and :func:`guard`
        with ``max_extra`` added content words (``"lexical"``).
     Thresholds are cosines in [-1, 1]; confidences in [0, 1].
     """
@@ -549,6 +684,13 @@ def semantic_verdict(
                 return Verdict(False, "intent_differs")
             if similarity >= intent_threshold:
                 return Verdict(True, "same_intent")
+    if (
+        similarity >= slot_threshold
+        and anchored(question)
+        and slots_agree(question, cached_question, every_slot=True)[0]
+        and residual_terms(question) == residual_terms(cached_question)
+    ):
+        return Verdict(True, "same_slots")
     if similarity < lexical_threshold:
         return Verdict(False, "below_threshold")
     ok, reason = guard(question, cached_question, max_extra=max_extra)

@@ -436,6 +436,10 @@ KEFU_CACHE_SEMANTIC_CANDIDATES = _env("int", "KEFU_CACHE_SEMANTIC_CANDIDATES", d
 KEFU_CACHE_INTENT_COSINE = _env("float", "KEFU_CACHE_INTENT_COSINE", default=0.85)
 KEFU_CACHE_INTENT_CONFIDENCE = _env("float", "KEFU_CACHE_INTENT_CONFIDENCE", default=0.7)
 KEFU_CACHE_AMBIGUITY_MARGIN = _env("float", "KEFU_CACHE_AMBIGUITY_MARGIN", default=0.03)
+# Same-slots rule: both questions name the same answer-changing slot values (at least one: kind of
+# delivery, address, payment method, account, product, material, size or colour, price or
+# duration) and pass the hard guard, at this cosine or above (bench/cache_pairs_eval.py).
+KEFU_CACHE_SLOT_COSINE = _env("float", "KEFU_CACHE_SLOT_COSINE", default=0.88)
 # The slot guard's vocabulary (cache_layer/slots.py): a store's extra slots and values (its product
 # categories...), merged over cache_layer/data/slots.json; "" = the shipped vocabulary only.
 _slots_path = env.str("KEFU_CACHE_SLOTS_PATH", default="")

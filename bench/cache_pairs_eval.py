@@ -254,44 +254,61 @@ def run_set(rounds, vec, points, shipped: float) -> list[tuple[float, Outcome, i
     return results
 
 
-def promotion_gain(vec) -> tuple[int, int, int, int, int, int]:
-    """Team set, shipped point: ``(judged, promoted, later queries, hits without promotion,
-    hits with it, wrong hits with it)``; an oracle judge (the labels)."""
-    from cache_layer import services
-    from cache_layer.models import CachedAnswer
+def promotion_gain(vec, *, judge: str = "oracle") -> tuple[int, int, int, int, int, int, int]:
+    """Team set, shipped settings, as production runs it: each group's first query that misses
+    gets its own answer cached (the remote answer); with promotion, its near miss is then judged
+    by an oracle (the labels; ``judge="always"``: a judge that says "same" to everything, the
+    worst case) and a "same" verdict promoted. The group's two later questions are asked after. ``(judged, promoted, later questions, hits without promotion, hits with it,
+    wrong hits without, wrong hits with)``."""
+    from cache_layer import promotion, services
+    from cache_layer.models import CachedAnswer, CacheJudgement
 
     groups = team_groups()
-    judged = promoted = later = base_hits = promo_hits = promo_wrong = 0
+    judged = promoted = later = 0
+    hits = {False: 0, True: 0}
+    wrong = {False: 0, True: 0}
     for r in range(4):
         for with_promotion in (False, True):
             services.purge()
             CachedAnswer.objects.all().delete()
+            CacheJudgement.objects.all().delete()
             for g in groups:
                 put(g["questions"][r], g["group"], f"eval|promo|{r}|{g['lang']}", vec)
             for g in groups:
-                qs = g["questions"]
                 scope = f"eval|promo|{r}|{g['lang']}"
-                first = qs[(r + 1) % 4]
-                hit = services.lookup(question=first, scope=scope, embedding=vec[first])
-                if hit is None and with_promotion:
-                    near = services.near_miss(question=first, scope=scope, embedding=vec[first])
-                    if near is not None:
-                        judged += 1
-                        cached = CachedAnswer.objects.get(pk=near.entry_id)
-                        if cached.answer == g["group"]:  # the oracle: same group, same answer
-                            promoted += services.promote(entry_id=near.entry_id, question=first, embedding=vec[first])
+                first = g["questions"][(r + 1) % 4]
+                if services.lookup(question=first, scope=scope, embedding=vec[first]) is not None:
+                    continue
+                put(first, g["group"], scope, vec)  # the remote answer to it, cached as usual
+                if not with_promotion:
+                    continue
+                near = services.near_miss(question=first, scope=scope, embedding=vec[first])
+                if near is None:
+                    continue
+                judged += 1
+                if judge == "always" or CachedAnswer.objects.get(pk=near.entry_id).answer == g["group"]:
+                    promoted += 1
+                    CacheJudgement.objects.create(
+                        scope=scope,
+                        entry_id=near.entry_id,
+                        question=first,
+                        key_hash=str(judged),
+                        cached_question=near.question,
+                        cached_answer=g["group"],
+                        similarity=near.similarity,
+                        verdict=CacheJudgement.Verdict.SAME,
+                    )
+                    promotion.promote(
+                        entry_id=near.entry_id, question=first, similarity=near.similarity, embedding=vec[first]
+                    )
             for g in groups:
-                qs = g["questions"]
                 scope = f"eval|promo|{r}|{g['lang']}"
-                for q in (qs[(r + 2) % 4], qs[(r + 3) % 4]):
+                for q in (g["questions"][(r + 2) % 4], g["questions"][(r + 3) % 4]):
                     hit = services.lookup(question=q, scope=scope, embedding=vec[q])
-                    if with_promotion:
-                        later += 1
-                        promo_hits += hit is not None
-                        promo_wrong += hit is not None and hit.answer != g["group"]
-                    else:
-                        base_hits += hit is not None
-    return judged, promoted, later, base_hits, promo_hits, promo_wrong
+                    later += with_promotion
+                    hits[with_promotion] += hit is not None
+                    wrong[with_promotion] += hit is not None and hit.answer != g["group"]
+    return judged, promoted, later, hits[False], hits[True], wrong[False], wrong[True]
 
 
 def main() -> None:
@@ -348,13 +365,14 @@ def main() -> None:
         if args.show_wrong:
             for query, served, answer in WRONG:
                 print(f"|   | wrong: {query!r} served {served!r} ({answer}) | | | | | | |")
-    if "team" in sets and hasattr(__import__("cache_layer.services").services, "near_miss"):
-        judged, promoted, later, base, with_p, wrong = promotion_gain(vec)
-        print(
-            f"\nVerified promotion, team set, oracle judge: {judged} near misses judged, {promoted} promoted; "
-            f"the groups' later {later} questions hit {base} times without promotion and {with_p} with it "
-            f"({wrong} wrong)."
-        )
+    if "team" in sets:
+        for judge in ("oracle", "always"):
+            judged, promoted, later, base, with_p, wrong_base, wrong_p = promotion_gain(vec, judge=judge)
+            print(
+                f"\nVerified promotion, team set, {judge} judge: {judged} near misses judged, {promoted} promoted; "
+                f"the groups' {later} later questions hit {base} times without promotion ({wrong_base} wrong) "
+                f"and {with_p} with it ({wrong_p} wrong)."
+            )
     print(f"\n{time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s")
     tmp.cleanup()
 

@@ -74,4 +74,5 @@ class CachedAnswerAdmin(admin.ModelAdmin):
             services.evict_entry(entry_id)
 
 
-from . import admin_audit  # noqa: E402,F401  (CacheAudit admin: the measured false-hit rate)
+# The other admins of the cache: audits (the measured false-hit rate) and verified promotions.
+from . import admin_audit, admin_promotion  # noqa: E402,F401

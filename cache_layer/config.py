@@ -29,6 +29,8 @@ class CacheConfig:
     ``intent_cosine`` / ``intent_confidence``: the same-intent rule (``intent_model.py``; a
     confidence above 1 switches it off). ``slot_cosine``: the same-slots rule (both questions
     name the same answer-changing slot values, at least one; ``slots.py``; above 1: off).
+    ``promote_min_cosine``: the lowest cosine of a near miss a judge is asked about, and of a
+    verified hit (``promotion.py``; above 1: off).
     ``ambiguity_margin``: cosine margin under which two
     candidates with different answers are both refused (>= 0). ``index_refresh_s``: how stale a
     scope's index may be about other workers' new entries, seconds (>= 0; the setting is
@@ -49,6 +51,7 @@ class CacheConfig:
     intent_cosine: float
     intent_confidence: float
     slot_cosine: float
+    promote_min_cosine: float
     ambiguity_margin: float
     index_refresh_s: float
     local_max_entries: int
@@ -73,6 +76,7 @@ class CacheConfig:
             intent_cosine=float(settings.KEFU_CACHE_INTENT_COSINE),
             intent_confidence=float(settings.KEFU_CACHE_INTENT_CONFIDENCE),
             slot_cosine=float(settings.KEFU_CACHE_SLOT_COSINE),
+            promote_min_cosine=float(settings.KEFU_CACHE_PROMOTE_MIN_COSINE),
             ambiguity_margin=float(settings.KEFU_CACHE_AMBIGUITY_MARGIN),
             index_refresh_s=float(settings.KEFU_CACHE_INDEX_REFRESH_MS) / 1000,
             local_max_entries=int(settings.KEFU_CACHE_LOCAL_MAX_ENTRIES),
@@ -96,6 +100,11 @@ class CacheConfig:
             ("KEFU_CACHE_SEMANTIC_CANDIDATES", self.semantic_candidates >= 1, "1 or more"),
             ("KEFU_CACHE_INTENT_COSINE", -1.0 <= self.intent_cosine <= 1.0, "a cosine in -1..1"),
             ("KEFU_CACHE_SLOT_COSINE", -1.0 <= self.slot_cosine <= 1.01, "a cosine in -1..1 (above 1: off)"),
+            (
+                "KEFU_CACHE_PROMOTE_MIN_COSINE",
+                -1.0 <= self.promote_min_cosine <= 1.01,
+                "a cosine in -1..1 (above 1: off)",
+            ),
             (
                 "KEFU_CACHE_INTENT_CONFIDENCE",
                 self.intent_confidence >= 0.0,

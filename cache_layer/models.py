@@ -32,6 +32,12 @@ class CachedAnswer(models.Model):
     expires_at = models.DateTimeField(db_index=True)
     hits = models.PositiveIntegerField(default=0)
     last_hit_at = models.DateTimeField(null=True, blank=True)
+    verified_cosine = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="the lowest cosine at which a judge verified a question needs this answer "
+        "(cache_layer.promotion); new questions at or above it may hit under the hard guard",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["scope", "key_hash"], name="cache_answer_scope_key_unique")]
@@ -137,3 +143,50 @@ class CacheChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.entry_id} [{self.scope}]"
+
+
+class CacheJudgement(models.Model):
+    """A near miss judged off the shopper's path: does ``question`` need the answer cached for
+    ``cached_question``? (verified promotion, after Apple's Krites; ``cache_layer.promotion``).
+
+    ``similarity``: the two questions' cosine. ``verdict``: ``pending`` until the judge (the
+    ``simple`` tier, ``routing.promotion``) answers, then ``same``, ``different`` or ``error``
+    (``detail`` says why). A ``same`` verdict promotes: ``alias`` is a cached answer for the
+    judged question itself (the entry's answer; none when one was already live), and the entry's
+    ``verified_cosine`` falls to ``similarity``. ``reverted_at`` / ``reverted_by``: a person
+    undid the promotion in the admin (the alias evicted, the entry's verified cosine recomputed).
+    The questions are copied, so the row stays readable after the entry expires.
+    """
+
+    class Verdict(models.TextChoices):
+        PENDING = "pending"
+        SAME = "same"
+        DIFFERENT = "different"
+        ERROR = "error"
+
+    scope = models.CharField(max_length=255)
+    entry = models.ForeignKey(CachedAnswer, null=True, blank=True, on_delete=models.SET_NULL, related_name="judgements")
+    alias = models.ForeignKey(
+        CachedAnswer, null=True, blank=True, on_delete=models.SET_NULL, related_name="promoted_by"
+    )
+    question = models.TextField(help_text="the new question, a near miss")
+    key_hash = models.CharField(max_length=64, help_text="SHA-256 of the new question's exact key")
+    cached_question = models.TextField()
+    cached_answer = models.TextField()
+    similarity = models.FloatField(help_text="cosine of the two questions")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices, default=Verdict.PENDING)
+    judge_model = models.CharField(max_length=128, blank=True)
+    detail = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    judged_at = models.DateTimeField(null=True, blank=True)
+    reverted_at = models.DateTimeField(null=True, blank=True)
+    reverted_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["entry", "key_hash"], name="cache_judgement_entry_question_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.verdict}: {self.question[:40]} ~ {self.cached_question[:40]}"

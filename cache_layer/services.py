@@ -48,7 +48,7 @@ from .intent_model import get_intent_model
 from .models import CacheChange, CachedAnswer, CachedAnswerGround
 from .normalise import exact_key_text
 from .policy import may_cache_answer, may_cache_question
-from .similarity import semantic_verdict
+from .similarity import promotable, semantic_verdict
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,17 @@ class CacheHit:
     entry_id: int
     model: str  # the model that wrote the answer originally
     question: str  # the cached question that matched
-    rule: str = "exact"  # which rule allowed the hit: "exact", "same_intent" or "lexical"
+    rule: str = "exact"  # which rule allowed the hit: "exact", "same_intent", "same_slots", "lexical", "verified"
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A cached question close to a new one that no rule let answer it (:func:`near_miss`):
+    ``entry_id`` and ``question`` of the cached entry, ``similarity`` the cosine."""
+
+    entry_id: int
+    question: str
+    similarity: float
 
 
 def scope_key(*, store: str, locale: str, tier: str, faq_version: str, prompt_version: str) -> str:
@@ -302,7 +312,8 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     cfg = cache_config()
     lexical_t, intent_t, slot_t = cfg.semantic_threshold, cfg.intent_cosine, cfg.slot_cosine
     found = idx.search(vec, cfg.semantic_candidates)  # nearest first, exact cosines
-    candidates = [n for n, sim in enumerate(found.sims) if sim >= min(lexical_t, intent_t, slot_t)]
+    floor = min(lexical_t, intent_t, slot_t, cfg.promote_min_cosine)
+    candidates = [n for n, sim in enumerate(found.sims) if sim >= floor]
     if not candidates:
         return None
     model = get_intent_model() if cfg.intent_confidence <= 1.0 else None
@@ -310,6 +321,7 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         model = None
     resolved = model.resolve(np.vstack([vec[None, :], found.vectors[candidates]])) if model is not None else None
     passing: list[tuple[int, float, str]] = []  # (index row, cosine, rule)
+    verifiable: list[tuple[int, float]] = []  # refused by the rules; a verified cosine may serve them
     for n, i in enumerate(candidates):
         sim = found.sims[i]
         verdict = semantic_verdict(
@@ -325,18 +337,27 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         )
         if verdict.ok:
             passing.append((i, sim, verdict.rule))
+        elif sim >= cfg.promote_min_cosine and promotable(question, found.questions[i]):
+            verifiable.append((i, sim))
         else:
             log.debug(
                 "cache: %s ~ entry %s (%.3f) refused: %s", shopper_text(question), found.ids[i], sim, verdict.rule
             )
-    if not passing:
+    if not passing and not verifiable:
         return None
     rows = {
         r[0]: r
         for r in CachedAnswer.objects.filter(
-            id__in=[found.ids[i] for i, _, _ in passing], expires_at__gt=now
-        ).values_list("id", "answer", "model", "question")
+            id__in=[found.ids[i] for i, _, _ in passing] + [found.ids[i] for i, _ in verifiable], expires_at__gt=now
+        ).values_list("id", "answer", "model", "question", "verified_cosine")
     }
+    # Verified promotion (cache_layer.promotion): an entry a judge confirmed for a question at
+    # cosine c answers new questions at c or above that pass the hard guard and agree on every slot.
+    for i, sim in verifiable:
+        row = rows.get(found.ids[i])
+        if row is not None and row[4] is not None and sim >= row[4]:
+            passing.append((i, sim, "verified"))
+    passing.sort(key=lambda p: -p[1])
     live = [(i, sim, rule) for i, sim, rule in passing if found.ids[i] in rows]
     if not live:
         return None
@@ -358,6 +379,43 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         question=best[3],
         rule=rule,
     )
+
+
+def near_miss(*, question: str, scope: str, embedding: np.ndarray | None) -> NearMiss | None:
+    """The closest live entry of ``scope`` that may answer ``question`` but that no rule lets
+    (for verified promotion, ``cache_layer.promotion``): cosine at least
+    ``KEFU_CACHE_PROMOTE_MIN_COSINE``, :func:`~cache_layer.similarity.promotable` (hard guard and
+    every slot), not the same question, and not already served by its verified cosine. ``None``
+    when there is none, or ``question`` may not be cached at all. ``embedding`` as for
+    :func:`lookup`. Synchronous (ORM)."""
+    if not cache_enabled() or not may_cache_question(question)[0]:
+        return None
+    idx = vector_index.scope_index(scope)
+    if len(idx) == 0:
+        return None
+    vec = _embed(question) if embedding is None else np.asarray(embedding, dtype=np.float32).reshape(-1)
+    if vec.shape[0] != idx.dim:
+        return None
+    cfg = cache_config()
+    key = exact_key_text(question)
+    found = idx.search(vec, cfg.semantic_candidates)
+    for i, sim in enumerate(found.sims):
+        if sim < cfg.promote_min_cosine:
+            break
+        if exact_key_text(found.questions[i]) == key or not promotable(question, found.questions[i]):
+            continue
+        row = (
+            CachedAnswer.objects.filter(pk=found.ids[i], expires_at__gt=timezone.now())
+            .values_list("id", "verified_cosine")
+            .first()
+        )
+        if row is None:
+            continue
+        verified = row[1]
+        if verified is not None and sim >= verified:
+            continue  # it is served already
+        return NearMiss(entry_id=found.ids[i], question=found.questions[i], similarity=float(sim))
+    return None
 
 
 # --- Store -------------------------------------------------------------------------------------------

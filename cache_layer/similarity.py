@@ -695,3 +695,10 @@ def semantic_verdict(
         return Verdict(False, "below_threshold")
     ok, reason = guard(question, cached_question, max_extra=max_extra)
     return Verdict(ok, "lexical" if ok else reason)
+
+
+def promotable(question: str, cached_question: str) -> bool:
+    """Whether a judge may be asked if ``cached_question``'s answer serves ``question``, and a
+    verified cosine may later serve it: the hard guard passes and every slot agrees, the action,
+    aspect and variant slots included (a judge never overrules numbers, negation or slots)."""
+    return hard_guard(question, cached_question)[0] and slots_agree(question, cached_question, every_slot=True)[0]

@@ -440,6 +440,11 @@ KEFU_CACHE_AMBIGUITY_MARGIN = _env("float", "KEFU_CACHE_AMBIGUITY_MARGIN", defau
 # delivery, address, payment method, account, product, material, size or colour, price or
 # duration) and pass the hard guard, at this cosine or above (bench/cache_pairs_eval.py).
 KEFU_CACHE_SLOT_COSINE = _env("float", "KEFU_CACHE_SLOT_COSINE", default=0.88)
+# Verified promotion (cache_layer/promotion.py): a near miss at this cosine or above (hard guard and
+# every slot agreeing) is judged off the shopper's path by the simple tier; a "same" verdict lets
+# the entry answer new questions down to that cosine. No simple tier: nothing is judged.
+KEFU_CACHE_PROMOTION = _env("bool", "KEFU_CACHE_PROMOTION", default=True)
+KEFU_CACHE_PROMOTE_MIN_COSINE = _env("float", "KEFU_CACHE_PROMOTE_MIN_COSINE", default=0.80)
 # The slot guard's vocabulary (cache_layer/slots.py): a store's extra slots and values (its product
 # categories...), merged over cache_layer/data/slots.json; "" = the shipped vocabulary only.
 _slots_path = env.str("KEFU_CACHE_SLOTS_PATH", default="")

@@ -20,10 +20,11 @@ KEFU_FAQ_POLL_S = 3600.0  # tests reload the FAQ model explicitly
 KEFU_REGROUP_POLL_S = 0.0  # tests call chat.regroup.check() themselves
 KEFU_AGENT_SWEEP_S = 0.0  # tests run the sweep explicitly (chat.sweeper), or switch it on
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# Background work that outlives the answer that started it (audits of sampled cache hits, rolling
-# summaries) is off by default in tests: left running, it would call a test's upstream after that
+# Background work that outlives the answer that started it (audits of sampled cache hits, judges of
+# near misses, rolling summaries) is off by default in tests: left running, it would call a test's upstream after that
 # test ended and write to the database while the next test sets up. Their own tests switch them on.
 KEFU_CACHE_AUDIT_RATE = 0.0
+KEFU_CACHE_PROMOTION = False  # the judge of near misses, likewise
 KEFU_SUMMARY_MIN_TURNS = 0
 # Likewise the keep-warm requests to a test's upstream (its own tests switch it on).
 KEFU_UPSTREAM_KEEPWARM_S = 0.0

@@ -100,6 +100,7 @@ class Purpose(models.TextChoices):
     SUMMARY = "summary", "Rolling conversation summary"
     SUGGESTION = "suggestion", "Suggested reply for an agent"
     AUDIT = "audit", "Answer-cache audit"
+    JUDGE = "judge", "Answer-cache promotion judge"
     GATEWAY = "gateway", "Gateway (/v1/chat/completions)"
 
 

@@ -255,6 +255,15 @@ class Answer:
             await strategy.offer_to_cache(
                 decision, question=decision.cache_question or question.text, text=record.text, model=record.model
             )
+            if decision.shareable and decision.cache_scope:
+                # A near miss of the cache is judged off this path, and promoted when it needs
+                # the same answer (routing.promotion; nothing without a simple tier).
+                try:
+                    await tasks.maybe_judge_async(
+                        question=question.text, scope=decision.cache_scope, embedding=decision.cache_vector
+                    )
+                except Exception:  # promotion is an optimisation: a failure is logged, never shown
+                    log.exception("judging a near miss of the answer cache failed")
         elif record.route == "cache.semantic" and decision.cache_entry_id is not None:
             try:
                 await tasks.maybe_audit_async(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 from celery import shared_task
 from django.db import transaction
 
@@ -78,8 +79,60 @@ async def maybe_audit_async(*, entry_id: int, question: str, message_id: int | N
 
 
 async def drain() -> None:
-    """Wait until every audit handed off by :func:`maybe_audit_async` on this loop has ended."""
+    """Wait until every audit and judgement handed off by :func:`maybe_audit_async` and
+    :func:`maybe_judge_async` on this loop has ended."""
     await _background.drain()
+    await _judges.drain()
+
+
+@shared_task(name="routing.tasks.judge_near_miss", ignore_result=True)
+def judge_near_miss(judgement_id: int) -> str | None:
+    """Judge a near miss of the answer cache and promote it when it needs the same answer
+    (``routing.promotion.judge``). ``judgement_id``: the pending ``cache_layer.CacheJudgement``.
+    Returns the verdict, or None when the judgement was not pending. Never raises."""
+    from . import promotion
+
+    row = promotion.judge(judgement_id=int(judgement_id))
+    return row.verdict if row is not None else None
+
+
+def maybe_judge(*, question: str, scope: str, embedding: np.ndarray | None) -> int | None:
+    """After a remote answer to ``question`` (cache scope ``scope``, its vector ``embedding``):
+    when near misses are judged (``routing.promotion.enabled``) and the cache has one for it,
+    open a pending judgement and enqueue :func:`judge_near_miss` on commit. Its id, or None.
+    Synchronous; with eager Celery the judge's call runs in this thread: from async code use
+    :func:`maybe_judge_async`."""
+    from cache_layer import promotion as cache_promotion
+    from cache_layer import services as cache
+
+    from . import promotion
+
+    if not promotion.enabled():
+        return None
+    near = cache.near_miss(question=question, scope=scope, embedding=embedding)
+    if near is None:
+        return None
+    judgement_id = cache_promotion.judgement_open(
+        scope=scope, entry_id=near.entry_id, question=question, similarity=near.similarity
+    )
+    if judgement_id is not None:
+        transaction.on_commit(lambda: judge_near_miss.delay(judgement_id), robust=True)
+    return judgement_id
+
+
+_judges = Background("judging a near miss of the answer cache")
+
+
+async def maybe_judge_async(*, question: str, scope: str, embedding: np.ndarray | None) -> bool:
+    """:func:`maybe_judge` for the answering loop, in a worker thread it never waits for (the
+    shopper's next message never waits for a judge). ``False`` when nothing is judged at all
+    (no ``simple`` tier, promotion off). :func:`drain` waits for those threads."""
+    from . import promotion
+
+    if not promotion.enabled():
+        return False
+    _judges.start(lambda: maybe_judge(question=question, scope=scope, embedding=embedding))
+    return True
 
 
 @shared_task(name="routing.tasks.expire_budget_holds", ignore_result=True)

@@ -159,6 +159,9 @@ def _recompute_verified(entry_id: int, *, extra_same: float | None = None) -> No
     refuted = max((s for v, s in rows if v == CacheJudgement.Verdict.DIFFERENT), default=-2.0)
     above = [s for s in same if s > refuted]
     CachedAnswer.objects.filter(pk=entry_id).update(verified_cosine=min(above) if above else None)
+    scope = CachedAnswer.objects.filter(pk=entry_id).values_list("scope", flat=True).first()
+    if scope is not None:
+        transaction.on_commit(lambda: services.forget_verified(scope), robust=True)
 
 
 def judgement_revert(*, judgement_id: int, by: str) -> bool:

@@ -337,7 +337,7 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         )
         if verdict.ok:
             passing.append((i, sim, verdict.rule))
-        elif sim >= cfg.promote_min_cosine and promotable(question, found.questions[i]):
+        elif sim >= cfg.promote_min_cosine and has_verified(scope) and promotable(question, found.questions[i]):
             verifiable.append((i, sim))
         else:
             log.debug(
@@ -379,6 +379,35 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
         question=best[3],
         rule=rule,
     )
+
+
+# scope -> (monotonic time read, whether a live entry of it has a verified cosine)
+_verified_scopes: dict[str, tuple[float, bool]] = {}
+
+
+def has_verified(scope: str) -> bool:
+    """Whether a live entry of ``scope`` has a verified cosine (``cache_layer.promotion``), read
+    from the database at most every ``KEFU_CACHE_INDEX_REFRESH_MS`` per scope: most scopes have
+    none, and then a lookup's near candidates cost no query. A promotion in this process is seen
+    at once (:func:`forget_verified`), one in another within the refresh interval (a miss
+    meanwhile, never a wrong answer)."""
+    now = time.monotonic()
+    known = _verified_scopes.get(scope)
+    if known is not None and now - known[0] < cache_config().index_refresh_s:
+        return known[1]
+    found = CachedAnswer.objects.filter(
+        scope=scope, verified_cosine__isnull=False, expires_at__gt=timezone.now()
+    ).exists()
+    _verified_scopes[scope] = (now, found)
+    return found
+
+
+def forget_verified(scope: str | None = None) -> None:
+    """Read :func:`has_verified` of ``scope`` (every scope for ``None``) from the database again."""
+    if scope is None:
+        _verified_scopes.clear()
+    else:
+        _verified_scopes.pop(scope, None)
 
 
 def near_miss(*, question: str, scope: str, embedding: np.ndarray | None) -> NearMiss | None:

@@ -15,8 +15,9 @@ of the group it was made for, so a hit is judged by what it served:
 - **bitext**: Bitext's intents are the groups (the data set gives one answer per intent); three
   rounds, each caching a random question per intent and asking 500 others.
 - **qqp**: the first question of 1,500 duplicate and 1,500 non-duplicate pairs is cached, the
-  second asked; right only when it served a question QQP joins to it as a duplicate (through any
-  pair of the file) or the same question once normalised.
+  second asked; right when it served a question QQP joins to it as a duplicate (through any pair
+  of the file) or the same question once normalised, wrong when QQP labels the two (or their
+  duplicates) as different, unjudged otherwise (QQP compares only the pairs it sampled).
 - **gptcache**: each ``origin`` cached, each ``similar`` asked; right only for its own origin
   (the same text under another id counts as its own).
 
@@ -55,17 +56,26 @@ POINTS = [0.82, 0.84, 0.86, 0.88, 0.90, 0.92, 0.94, 1.01]
 @dataclass
 class Case:
     """One lookup: ``query`` asked in ``scope``; ``want`` is the group id whose answer is right
-    (``""``: no cached answer is right)."""
+    (``""``: no cached answer is right). ``refuted``: with ``open_world``, the only group ids a
+    hit is known to be wrong for (labelled as needing another answer); a hit on any other group is
+    unjudged (the set does not say), counted apart."""
 
     query: str
     scope: str
     want: str
+    refuted: frozenset[str] = frozenset()
+    open_world: bool = False
 
 
 @dataclass
 class Outcome:
+    """Counts over lookups: ``hits`` judged (right or known wrong), ``right`` of them, ``unjudged``
+    hits (an open-world set does not say whether they are right), ``asked`` lookups,
+    ``answerable`` ones (a right answer was cached) and ``right_of_answerable``."""
+
     hits: int = 0
     right: int = 0
+    unjudged: int = 0
     asked: int = 0
     answerable: int = 0
     right_of_answerable: int = 0
@@ -125,12 +135,15 @@ def ask(cases: list[Case], vec: dict[str, np.ndarray], *, record: bool = False) 
         if case.want:
             out.answerable += 1
         if hit is not None:
+            if case.open_world and hit.answer != case.want and hit.answer not in case.refuted:
+                out.unjudged += 1
+                continue
             out.hits += 1
             if case.want and hit.answer == case.want:
                 out.right += 1
                 out.right_of_answerable += 1
             elif record:
-                WRONG.append((case.query, hit.question, hit.answer))
+                WRONG.append((case.query, hit.question, f"{hit.answer}; rule {hit.rule}"))
     return out
 
 
@@ -205,11 +218,20 @@ def build_qqp(shared: Path, vec_texts: set[str]) -> list[tuple[list[tuple[str, s
     neg = [r for r in rows if r["label"] == 0][:1500]
     scope = "eval|qqp"
     entries, cases = [], []
+    refuted: dict[str, set[str]] = {}
+    for r in rows:
+        if r["label"] == 0:
+            a, b = root(r["text_a"]), root(r["text_b"])
+            refuted.setdefault(a, set()).add(b)
+            refuted.setdefault(b, set()).add(a)
     for r in pos + neg:
         if exact_key_text(r["text_a"]) == exact_key_text(r["text_b"]):
             continue
+        want = root(r["text_b"])
         entries.append((r["text_a"], root(r["text_a"]), scope))
-        cases.append(Case(r["text_b"], scope, root(r["text_b"])))
+        # QQP labels only the pairs it sampled: a hit on a question it never compared with the
+        # query is unjudged, not wrong ("How can I contact a genuine hacker?" / "How will I ...").
+        cases.append(Case(r["text_b"], scope, want, frozenset(refuted.get(want, ())), open_world=True))
         vec_texts.update((r["text_a"], r["text_b"]))
     # A label-0 pair can still be joined through other pairs; its query is then answerable.
     return [(entries, cases)]
@@ -248,6 +270,7 @@ def run_set(rounds, vec, points, shipped: float) -> list[tuple[float, Outcome, i
             t = totals[point]
             t.hits, t.right, t.asked = t.hits + o.hits, t.right + o.right, t.asked + o.asked
             t.answerable += o.answerable
+            t.unjudged += o.unjudged
             t.right_of_answerable += o.right_of_answerable
     for point in points:
         results.append((point, totals[point], stored))
@@ -348,9 +371,10 @@ def main() -> None:
     points = sorted(set(POINTS) | {shipped}) if shipped is not None else [1.01]
     print(f"{len(texts)} texts embedded in {time.perf_counter() - started:.0f} s; shipped point {shipped}\n")
     print(
-        "| set | slot cosine | lookups | hits | wrong hits | precision | upper 95% bound of wrong | hit rate of answerable |"
+        "| set | slot cosine | lookups | judged hits | wrong hits | precision | upper 95% bound of wrong "
+        "| hit rate of answerable | unjudged hits |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, rounds in sets.items():
         WRONG.clear()
         for point, o, _stored in run_set(rounds, vec, points, shipped):
@@ -360,11 +384,12 @@ def main() -> None:
             print(
                 f"| {name} | {'off' if point > 1 else f'{point:.2f}'}{mark} | {o.asked} | {o.hits} | {wrong} | "
                 f"{(o.right / o.hits if o.hits else 1):.1%} | {upper:.1%} | "
-                f"{o.right_of_answerable / max(1, o.answerable):.1%} ({o.right_of_answerable}/{o.answerable}) |"
+                f"{o.right_of_answerable / max(1, o.answerable):.1%} ({o.right_of_answerable}/{o.answerable}) | "
+                f"{o.unjudged} |"
             )
         if args.show_wrong:
             for query, served, answer in WRONG:
-                print(f"|   | wrong: {query!r} served {served!r} ({answer}) | | | | | | |")
+                print(f"|   | wrong: {query!r} served {served!r} ({answer}) | | | | | | | |")
     if "team" in sets:
         for judge in ("oracle", "always"):
             judged, promoted, later, base, with_p, wrong_base, wrong_p = promotion_gain(vec, judge=judge)

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 
 from cache_layer.models import CachedAnswer, CacheJudgement
 from routing.models import UpstreamCall
+from tests.cache_layer.entries import store_answer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour
@@ -115,17 +116,7 @@ async def test_without_a_simple_tier_nothing_is_judged(faq):
     def scenario() -> tuple[int | None, str]:
         scope = "test-scope"
         for question, answer in ((CACHED, ANSWER), (NEAR, "Use Sign up at the top of the page.")):
-            assert cache.store(
-                question=question,
-                answer=answer,
-                scope=scope,
-                embedding=None,
-                route="llm.simple",
-                model="m",
-                grounded_on=[],
-                prompt_version="v1",
-                cut=False,
-            )
+            assert store_answer(question, answer, scope=scope)
         assert cache.near_miss(question=NEAR, scope=scope, embedding=None) is not None
         opened = tasks.maybe_judge(question=NEAR, scope=scope, embedding=None)
         # A judgement left pending from a time with a judge fails closed too.

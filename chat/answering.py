@@ -32,6 +32,7 @@ from contextlib import aclosing
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from lib import metrics
 from lib.text import detect_language
 from routing import services as router
 from routing.types import AnswerRecord, History, HistoryLoader, Question
@@ -530,10 +531,12 @@ async def _record(
     """How the answer ended (``Answer.finish``: its cost or saving); when that cannot be worked
     out (logged), a record without them, so the shopper's answer is stored anyway."""
     try:
-        return await answer.finish(text=text, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+        record = await answer.finish(text=text, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
     except Exception:
         log.exception("accounting for an answer (route %s) failed", answer.route)
-        return AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+        record = AnswerRecord(text=text, route=answer.route, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut)
+    metrics.observe_answer(route=record.route, ttft_ms=record.ttft_ms, latency_ms=record.latency_ms)
+    return record
 
 
 async def _answer_fixed(conversation: Conversation, message: Message, answer: router.Answer, text: str) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from lib import metrics
 from routing import services as router
 
 from . import answering, regroup, services
@@ -91,6 +92,7 @@ async def drain(grace_s: float) -> tuple[int, int]:
             task.cancel()
         await asyncio.gather(*left, return_exceptions=True)
     await router.router_drain()
+    metrics.process_ended()  # its open-socket count leaves the workers' sum now
     log.warning("drained: %d answers finished, %d left to other processes", len(finished), len(left))
     return len(finished), len(left)
 

@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from chat import regroup
+from lib import metrics as process_metrics
 from routing import services as router
 
 from . import selectors as ops
@@ -108,7 +109,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     worker process reports the same totals: ``kefu_answers_total{route}``,
     ``kefu_saved_usd_total{route}``, ``kefu_upstream_calls_total{tier,purpose,outcome}``,
     ``kefu_upstream_cost_usd_total{tier,purpose,outcome}`` (counters) and
-    ``kefu_conversations{status}`` for ``waiting_agent`` / ``agent`` (gauge)."""
+    ``kefu_conversations{status}`` for ``waiting_agent`` / ``agent`` (gauge); then the processes'
+    own ``lib.metrics`` (``kefu_time_to_first_token_seconds``, ``kefu_answer_latency_seconds``,
+    ``kefu_open_sockets``, and process metrics outside multiprocess mode)."""
     token = settings.KEFU_METRICS_TOKEN
     if token:
         sent = request.headers.get("Authorization", "")
@@ -151,7 +154,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
     registry = CollectorRegistry()
     registry.register(_Totals())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    # Then what the processes recorded themselves (lib.metrics: time to first token and latency
+    # histograms, open sockets; summed over the workers with PROMETHEUS_MULTIPROC_DIR).
+    return HttpResponse(generate_latest(registry) + process_metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
 
 
 # --- Health (docs/ops.md) -------------------------------------------------------------------------

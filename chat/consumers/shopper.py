@@ -16,6 +16,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from lib import metrics
 from lib.text import supported_locale
 
 from .. import answering, availability, errors, events, identity, limits, selectors, services, shutdown, streams
@@ -48,10 +49,12 @@ class ShopperConsumer(FrameSocket):
             await self.close(code=CLOSE_TOO_MANY)
             return
         self.counted = True
+        metrics.OPEN_SOCKETS.labels("shopper").inc()
 
     async def _release(self) -> None:
         if self.counted:
             limits.socket_close(self.address)
+            metrics.OPEN_SOCKETS.labels("shopper").dec()
             self.counted = False
         for group in list(getattr(self, "groups_joined", ())):
             await self.leave(group)

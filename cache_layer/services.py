@@ -38,6 +38,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from lib.logredact import shopper_text
+from lib.text import language_code
 
 from . import vector_index
 from .config import cache_config
@@ -99,7 +100,7 @@ def scope_key(*, store: str, locale: str, tier: str, faq_version: str, prompt_ve
     locale is reduced to its primary subtag (``"zh-CN"`` -> ``"zh"``) like the FAQ model does.
     Longer than 255 characters it is hashed.
     """
-    loc = (locale or "").strip().lower().replace("_", "-").split("-", 1)[0]
+    loc = language_code(locale or "")
     key = f"store={store}|locale={loc}|tier={tier}|faq={faq_version}|prompt={prompt_version}"
     if len(key) > 255:
         key = "sha256=" + hashlib.sha256(key.encode()).hexdigest()

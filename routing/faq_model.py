@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lib.text import language_code
+
 if TYPE_CHECKING:  # the Protocol only; importing the module at run time is cheap but not needed
     from cache_layer.embeddings import Embedder
 
@@ -313,9 +315,7 @@ def normalise_text(text: str) -> str:
 
 def _locale_key(locale: str | None) -> str:
     """Primary language subtag, lowercased: ``"zh-CN"`` -> ``"zh"``; ``None`` -> ``""``."""
-    if not locale:
-        return ""
-    return re.split(r"[-_]", locale.strip().lower(), maxsplit=1)[0]
+    return language_code(locale or "")
 
 
 # --- Public types --------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ def conversation_start(*, locale: str = "en", address_key: str = "") -> tuple[Co
 def conversation_locale_set(*, conversation_id: uuid.UUID, locale: str) -> None:
     """Remember the language the shopper now writes in (``locale``, one of ``KEFU_LANGUAGES``),
     so that their next short or ambiguous message ("ok", "y el azul?") is taken in it too."""
-    Conversation.objects.filter(pk=conversation_id).exclude(locale=locale).update(locale=supported_locale(locale))
+    locale = supported_locale(locale)
+    Conversation.objects.filter(pk=conversation_id).exclude(locale=locale).update(locale=locale)
 
 
 def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> Conversation:

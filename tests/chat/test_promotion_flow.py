@@ -60,14 +60,19 @@ async def judged(timeout_s: float = 20.0) -> CacheJudgement:
         await asyncio.sleep(0.05)
 
 
-async def test_a_near_miss_judged_the_same_serves_the_next_paraphrase(make_client, faq, remote):
+async def judge_replies(make_client, remote, reply: str) -> CacheJudgement:
+    """CACHED answered by the model and cached, then NEAR answered by the model (a miss), and the
+    judge's ``reply`` about the two; the judgement once it has its verdict."""
     remote.push(Behaviour(text=ANSWER))
     assert (await ask(make_client, CACHED))["route"] == "llm.simple"
-    remote.push(Behaviour(text="Use Sign up at the top of the page."), Behaviour(text="SAME"))
+    remote.push(Behaviour(text="Use Sign up at the top of the page."), Behaviour(text=reply))
     near = await ask(make_client, NEAR)
     assert near["route"] == "llm.simple" and near["text"] == "Use Sign up at the top of the page."
+    return await judged()
 
-    row = await judged()
+
+async def test_a_near_miss_judged_the_same_serves_the_next_paraphrase(make_client, faq, remote):
+    row = await judge_replies(make_client, remote, "SAME")
     assert row.verdict == "same" and row.question == NEAR and row.cached_question == CACHED
     assert row.similarity == pytest.approx(0.872, abs=0.01)
     judge = remote.requests[-1]
@@ -85,11 +90,7 @@ async def test_a_near_miss_judged_the_same_serves_the_next_paraphrase(make_clien
 
 
 async def test_a_near_miss_judged_different_promotes_nothing(make_client, faq, remote):
-    remote.push(Behaviour(text=ANSWER))
-    await ask(make_client, CACHED)
-    remote.push(Behaviour(text="Use Sign up at the top of the page."), Behaviour(text="Different."))
-    await ask(make_client, NEAR)
-    row = await judged()
+    row = await judge_replies(make_client, remote, "Different.")
     assert row.verdict == "different" and row.alias_id is None
     remote.push(Behaviour(text="Only an e-mail address and a password."))
     later = await ask(make_client, LATER)
@@ -97,11 +98,7 @@ async def test_a_near_miss_judged_different_promotes_nothing(make_client, faq, r
 
 
 async def test_an_unreadable_verdict_promotes_nothing(make_client, faq, remote):
-    remote.push(Behaviour(text=ANSWER))
-    await ask(make_client, CACHED)
-    remote.push(Behaviour(text="Use Sign up at the top of the page."), Behaviour(text="Well, it depends."))
-    await ask(make_client, NEAR)
-    row = await judged()
+    row = await judge_replies(make_client, remote, "Well, it depends.")
     assert row.verdict == "error" and "unreadable" in row.detail
     entry = await database_sync_to_async(CachedAnswer.objects.get)(question=CACHED)
     assert entry.verified_cosine is None

@@ -111,7 +111,7 @@ def judgement_record(
             CacheJudgement.objects.filter(pk=row.pk).update(alias_id=alias)
             row.alias_id = alias
     elif verdict == CacheJudgement.Verdict.DIFFERENT and row.entry_id is not None:
-        _recompute_verified(row.entry_id)
+        _recompute_verified(row.entry_id, scope=row.scope)
     return row
 
 
@@ -124,7 +124,7 @@ def promote(*, entry_id: int, question: str, similarity: float, embedding: np.nd
     entry = CachedAnswer.objects.filter(pk=entry_id, expires_at__gt=timezone.now()).first()
     if entry is None:
         return None
-    _recompute_verified(entry_id, extra_same=similarity)
+    _recompute_verified(entry_id, scope=entry.scope, extra_same=similarity)
     stored = services.store(
         question=question,
         answer=entry.answer,
@@ -139,14 +139,14 @@ def promote(*, entry_id: int, question: str, similarity: float, embedding: np.nd
     )
     if not stored:
         return None
-    alias = CachedAnswer.objects.filter(scope=entry.scope, key_text=exact_key_text(question)).first()
+    alias = CachedAnswer.objects.filter(scope=entry.scope, key_hash=_key_hash(question)).first()  # indexed
     if alias is None:
         return None
     CachedAnswer.objects.filter(pk=alias.pk).update(expires_at=entry.expires_at)  # it lives as long as the entry
     return alias.pk
 
 
-def _recompute_verified(entry_id: int, *, extra_same: float | None = None) -> None:
+def _recompute_verified(entry_id: int, *, scope: str, extra_same: float | None = None) -> None:
     """The entry's verified cosine from its judgements: the lowest cosine of a ``same`` verdict
     not reverted (and ``extra_same``, a promotion not yet recorded as a judgement) that lies above
     every ``different`` verdict's cosine; ``None`` when there is none."""
@@ -159,9 +159,7 @@ def _recompute_verified(entry_id: int, *, extra_same: float | None = None) -> No
     refuted = max((s for v, s in rows if v == CacheJudgement.Verdict.DIFFERENT), default=-2.0)
     above = [s for s in same if s > refuted]
     CachedAnswer.objects.filter(pk=entry_id).update(verified_cosine=min(above) if above else None)
-    scope = CachedAnswer.objects.filter(pk=entry_id).values_list("scope", flat=True).first()
-    if scope is not None:
-        transaction.on_commit(lambda: services.forget_verified(scope), robust=True)
+    transaction.on_commit(lambda: services.forget_verified(scope), robust=True)  # ``scope``: the entry's
 
 
 def judgement_revert(*, judgement_id: int, by: str) -> bool:
@@ -175,6 +173,6 @@ def judgement_revert(*, judgement_id: int, by: str) -> bool:
         services.evict_entry(row.alias_id)
     CacheJudgement.objects.filter(pk=row.pk).update(reverted_at=timezone.now(), reverted_by=by[:150])
     if row.entry_id is not None:
-        _recompute_verified(row.entry_id)
+        _recompute_verified(row.entry_id, scope=row.scope)
     log.info("cache promotion %s reverted", judgement_id)
     return True

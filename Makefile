@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml constraints.txt
 migrate: install
 	$(PY) manage.py migrate --noinput
 
-# The demo store's FAQ, only into an empty FAQ (KEFU_LOAD_DEMO_FAQ=false skips it).
+# The demo store's FAQ, only into an empty FAQ (KEFU_LOAD_DEMO_FAQ=false skips it), and its demo
+# orders when the demo store adapter is on (the default).
 demo-data: migrate
 	@if [[ "$${KEFU_LOAD_DEMO_FAQ:-true}" != "false" ]]; then $(PY) manage.py import_faq --if-empty routing/demo/faq_demo.jsonl; fi
+	@if [[ "$${KEFU_STORE_ADAPTER:-demo}" == "demo" ]]; then $(PY) manage.py load_demo_orders --if-empty; fi
 
 # Serves http://$(HOST):$(PORT)/ with Daphne. DATABASE_URL, REDIS_URL, OPENAI_* etc. from the environment.
 run: demo-data

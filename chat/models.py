@@ -27,6 +27,7 @@ class Route(models.TextChoices):
     CACHE_EXACT = "cache.exact"
     CACHE_SEMANTIC = "cache.semantic"
     FAQ = "faq"
+    ACTION = "action"  # the store's data in a template (routing.actions), no model call
     LLM_SIMPLE = "llm.simple"
     LLM_MEDIUM = "llm.medium"
     LLM_COMPLEX = "llm.complex"

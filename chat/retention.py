@@ -27,6 +27,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from routing import services as router
+from store import services as store
 
 from .errors import NotFound
 from .models import Conversation, ConversationStatus, InternalNote, Message
@@ -70,6 +71,7 @@ def _delete(conversations: QuerySet[Conversation], *, dry_run: bool = False) -> 
             notes = InternalNote.objects.filter(conversation_id__in=batch).count()
             if not dry_run:
                 router.shopper_messages_forget(message_ids=message_ids)
+                store.conversations_forget(batch)
                 Conversation.objects.filter(pk__in=batch).delete()  # messages and notes cascade
         total = total + Removed(len(batch), len(message_ids), notes)
     return total

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ INSTALLED_APPS = [
     "routing",
     "cache_layer",
     "ops",
+    "store",
 ]
 
 MIDDLEWARE = [
@@ -350,6 +352,47 @@ KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")
 # --- Store settings: fill {{placeholders}} in FAQ answers (a shopper never sees a raw placeholder).
 KEFU_STORE_NAME = env.str("KEFU_STORE_NAME", default="Lantern & Loom")
 KEFU_STORE_PLACEHOLDERS = _env("json", "KEFU_STORE_PLACEHOLDERS", default={})
+
+# --- Store actions (store/, docs/store-actions.md): where the store's orders are. "demo" (kefu's own
+# demo orders, loaded by `make run`), "shopify" (KEFU_SHOPIFY_SHOP + KEFU_SHOPIFY_ACCESS_TOKEN), a
+# dotted path to an adapter class, or "" (off: order questions get the FAQ's answer).
+KEFU_STORE_ADAPTER = env.str("KEFU_STORE_ADAPTER", default="demo")
+KEFU_SHOPIFY_SHOP = env.str("KEFU_SHOPIFY_SHOP", default="")
+KEFU_SHOPIFY_ACCESS_TOKEN = env.str("KEFU_SHOPIFY_ACCESS_TOKEN", default="")
+KEFU_STORE_OPTIONS = _env("json", "KEFU_STORE_OPTIONS", default={})
+if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS:
+    if not (KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN):
+        raise ImproperlyConfigured("KEFU_STORE_ADAPTER=shopify needs KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN")
+    KEFU_STORE_OPTIONS = {"shop_url": KEFU_SHOPIFY_SHOP, "access_token": KEFU_SHOPIFY_ACCESS_TOKEN}
+# Seconds a store call may take before the shopper is told to try again (an order lookup is on the
+# shopper's path; Shopify's own Admin API answers in well under a second).
+KEFU_STORE_TIMEOUT_S = _env("float", "KEFU_STORE_TIMEOUT_S", default=4.0)
+# How long a "yes" still confirms a change the bot offered (cancel, return, new address), seconds.
+KEFU_STORE_CONFIRM_TTL_S = _env("int", "KEFU_STORE_CONFIRM_TTL_S", default=900)
+# At most this many tool calls in one remote answer (each is a store call and a model round).
+KEFU_TOOL_MAX_CALLS = _env("int", "KEFU_TOOL_MAX_CALLS", default=3)
+# How an order number looks in a message: a regular expression whose first non-empty group is the
+# number. The default finds KF-1001, #1001 and "order 1001" / "订单号 1001", never a bare number.
+KEFU_ORDER_NUMBER_PATTERN = env.str(
+    "KEFU_ORDER_NUMBER_PATTERN",
+    default=r"(?i)\b(KF-?\d{3,12})\b|#\s?(\d{3,12})\b|(?:\border|订单)\s*(?:no\.?|number|num|号|编号)?\s*[:：#]?\s*(\d{3,12})\b",
+)
+try:
+    re.compile(KEFU_ORDER_NUMBER_PATTERN)
+except re.error as _e:
+    raise ImproperlyConfigured(f"KEFU_ORDER_NUMBER_PATTERN is not a regular expression: {_e}") from _e
+# FAQ intents that are about one order, and the store action each asks for (the `action` route).
+KEFU_ACTION_INTENTS = _env(
+    "json",
+    "KEFU_ACTION_INTENTS",
+    default={
+        "track_order": "status",
+        "cancel_order": "cancel",
+        "change_order": "change_address",
+        "return_how_to": "return",
+        "refund_timing": "refund_status",
+    },
+)
 
 # --- The shopper's language (lib/text.py): the languages detected (ISO 639-1; en and zh always),
 # and the confidence below which a short or ambiguous message keeps the conversation's language.

@@ -303,8 +303,8 @@ def answer_record(
             reason=decision.reason,
         )
     saved = Decimal(0)
-    if route == "faq" or route.startswith("cache."):
-        # Priced at the tier that would have answered (the FAQ route has none: the simple tier).
+    if route in ("faq", "action") or route.startswith("cache."):
+        # Priced at the tier that would have answered (the FAQ and action routes have none: the simple tier).
         saved = saved_usd(tier=decision.tier or "simple", answer_text=text)
     return AnswerRecord(
         text=text,

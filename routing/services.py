@@ -302,7 +302,7 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
     in favour of the earlier ones. A draft is never sent or stored. A remote failure is logged
     and gives an empty draft; never raises for upstream failures."""
     for question in questions:
-        decision = await strategy.decide(question=question, history=history)
+        decision = await strategy.decide(question=question, history=history, store_actions=False)
         if decision.route == "faq" or decision.route.startswith("cache."):
             return Suggestion(decision.text or "", decision.route, question.seq)
         if decision.provider is not None and decision.request is not None:

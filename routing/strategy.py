@@ -2,7 +2,10 @@
 
 Order of checks (docs/routing.md):
 1. the shopper asks for a person (keyword rules, English and Chinese) -> ``handoff``;
-2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled);
+0. a short "yes"/"no" to a change the bot offered -> ``action`` (``routing.actions``);
+2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
+   intent whose order is known -> ``action`` (the store's data in a template, no model call);
+   a message naming an order (number and e-mail) -> ``action``;
 3. the scope classifier says the message is not a store matter -> ``decline``;
 4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries; the tier
    classifier (``routing.classifier``: keyword rules, then a learned model) chooses the tier, or a
@@ -24,8 +27,9 @@ from cache_layer import services as cache
 from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up, personal_data
 from lib.text import detect_locale
+from store.services import store_on
 
-from . import answers, budgets, privacy, prompt, rewrite
+from . import actions, answers, budgets, privacy, prompt, rewrite
 from .classifier import HANDOFF, rule_for
 from .classify import classified as classified_text
 from .faq_model import normalise_text
@@ -49,12 +53,17 @@ def budget_decision(*, locale: str, reason: str) -> Decision:
     return Decision(route="handoff", locale=locale, text=answers.budget_text(locale), reason=f"budget: {reason}")
 
 
-async def decide(*, question: Question, history: HistoryLoader) -> Decision:
+async def decide(*, question: Question, history: HistoryLoader, store_actions: bool = True) -> Decision:
     """Choose the route for ``question`` (see the module docstring). ``history`` is called only
-    on the remote path, and not for a conversation's first message. Never raises for content;
-    raises what ``history`` raises."""
+    on the remote path, and not for a conversation's first message. ``store_actions``: False
+    for a draft (an agent's suggested reply) that must not look up, offer or confirm anything
+    in the store. Never raises for content; raises what ``history`` raises."""
     text = question.text
     locale = detect_locale(text, question.locale)
+    # A "yes" or "no" to a change the bot offered (cancel, return): made or forgotten, no model.
+    confirmed = await actions.confirm_decision(question, locale) if store_actions else None
+    if confirmed is not None:
+        return confirmed
     rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
     asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
 
@@ -65,6 +74,19 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
         if entry is not None:
             # Prefer the same intent in the shopper's language.
             entry = registry.by_intent.get((entry.intent, locale), entry)
+            action = (
+                actions.intent_action(entry.intent) if store_actions and store_on() and not asks_for_person else None
+            )
+            if action is not None:
+                # An order intent: answered from the store when the order is known (route
+                # ``action``), else the FAQ answer with an offer to look it up.
+                return await actions.intent_decision(
+                    question,
+                    locale,
+                    action=action,
+                    faq_text=answers.fill_placeholders(entry.answer, entry.locale),
+                    faq_entry_id=entry.entry_id,
+                )
             # A shopper who asks for a person gets the store's own answer about it (its FAQ
             # entry) and is put in the agents' queue all the same.
             return Decision(
@@ -79,6 +101,10 @@ async def decide(*, question: Question, history: HistoryLoader) -> Decision:
         if rule is not None and rule.action == HANDOFF:
             return handoff_decision(locale=locale, reason=f"rule {rule.name}")
         return handoff_decision(locale=locale, reason="shopper asked for a person")
+    # A message naming an order the shopper may see (its number and e-mail): where it is.
+    named = await actions.reference_decision(question, locale) if store_actions else None
+    if named is not None:
+        return named
     reply = small_talk_reply(text, locale)
     if reply is not None:
         return Decision(route="decline", locale=locale, text=reply, reason="small talk")

@@ -25,6 +25,7 @@ ROUTES = (
     "cache.exact",
     "cache.semantic",
     "faq",
+    "action",
     "llm.simple",
     "llm.medium",
     "llm.complex",

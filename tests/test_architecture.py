@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("chat", "routing", "cache_layer", "ops", "lib", "config")
+PACKAGES = ("chat", "routing", "cache_layer", "ops", "lib", "config", "store")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

@@ -360,13 +360,19 @@ KEFU_STORE_ADAPTER = env.str("KEFU_STORE_ADAPTER", default="demo")
 KEFU_SHOPIFY_SHOP = env.str("KEFU_SHOPIFY_SHOP", default="")
 KEFU_SHOPIFY_ACCESS_TOKEN = env.str("KEFU_SHOPIFY_ACCESS_TOKEN", default="")
 KEFU_STORE_OPTIONS = _env("json", "KEFU_STORE_OPTIONS", default={})
-if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS:
-    if not (KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN):
-        raise ImproperlyConfigured("KEFU_STORE_ADAPTER=shopify needs KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN")
-    KEFU_STORE_OPTIONS = {"shop_url": KEFU_SHOPIFY_SHOP, "access_token": KEFU_SHOPIFY_ACCESS_TOKEN}
+if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS and not (KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN):
+    raise ImproperlyConfigured("KEFU_STORE_ADAPTER=shopify needs KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN")
 # Seconds a store call may take before the shopper is told to try again (an order lookup is on the
 # shopper's path; Shopify's own Admin API answers in well under a second).
 KEFU_STORE_TIMEOUT_S = _env("float", "KEFU_STORE_TIMEOUT_S", default=4.0)
+if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS:
+    # The adapter's own budget ends a little before the shopper's deadline, so its HTTP
+    # requests are over (and logged as such) by the time the shopper is told to try again.
+    KEFU_STORE_OPTIONS = {
+        "shop_url": KEFU_SHOPIFY_SHOP,
+        "access_token": KEFU_SHOPIFY_ACCESS_TOKEN,
+        "timeout_s": max(0.5, KEFU_STORE_TIMEOUT_S - 0.5),
+    }
 # How long a "yes" still confirms a change the bot offered (cancel, return, new address), seconds.
 KEFU_STORE_CONFIRM_TTL_S = _env("int", "KEFU_STORE_CONFIRM_TTL_S", default=900)
 # At most this many tool calls in one remote answer (each is a store call and a model round).

@@ -90,6 +90,80 @@ def yes_or_no(text: str) -> bool | None:
     return None
 
 
+# A reply that only names an order ("it's #1003, mei@example.com", "where is my order KF-1001?
+# my e-mail is ...") has at most this many words besides the order number, the e-mail and the
+# words of asking where an order is (_REFERENCE_WORDS). A longer message asks something about
+# the order, which the remote model answers with the store's tools (routing.tools).
+REFERENCE_MAX_WORDS = 3
+_REFERENCE_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "address",
+        "an",
+        "and",
+        "any",
+        "at",
+        "can",
+        "check",
+        "could",
+        "e",
+        "email",
+        "for",
+        "have",
+        "hello",
+        "hi",
+        "i",
+        "is",
+        "it",
+        "it's",
+        "its",
+        "look",
+        "mail",
+        "me",
+        "my",
+        "no",
+        "number",
+        "of",
+        "on",
+        "order",
+        "orders",
+        "package",
+        "parcel",
+        "please",
+        "placed",
+        "s",
+        "status",
+        "tell",
+        "thank",
+        "thanks",
+        "the",
+        "this",
+        "to",
+        "track",
+        "tracking",
+        "under",
+        "up",
+        "what",
+        "where",
+        "with",
+        "was",
+        "you",
+        "your",
+    ]
+)
+
+
+def only_a_reference(text: str) -> bool:
+    """Whether ``text`` does little more than name an order (its number, an e-mail and at most
+    ``REFERENCE_MAX_WORDS`` words other than those of asking where an order is; in Chinese, at
+    most 8 characters besides 订单, 邮箱 and the like)."""
+    rest = _EMAIL.sub(" ", re.sub(settings.KEFU_ORDER_NUMBER_PATTERN, " ", text))
+    words = [w for w in re.findall(r"[a-z']+", rest.lower()) if w not in _REFERENCE_WORDS]
+    han = re.sub(r"订单|邮箱|号码|单号|我的|查询|查一下|在哪|哪里|状态|请|是", "", rest)
+    return len(words) <= REFERENCE_MAX_WORDS and len(re.findall(r"[\u4e00-\u9fff]", han)) <= 8
+
+
 def intent_action(intent: str) -> str | None:
     """The store action an FAQ intent asks for (``KEFU_ACTION_INTENTS``: ``track_order`` ->
     ``status``...), or None."""
@@ -203,13 +277,14 @@ async def intent_decision(
 
 
 async def reference_decision(question: Question, locale: str) -> Decision | None:
-    """A message that names an order the shopper may see (a number and its e-mail, or a verified
-    shopper's number) and matched no FAQ intent: its status (route ``action``). None when the
-    message names no order, or no store is configured."""
+    """A message that only names an order the shopper may see (a number and its e-mail, or a
+    verified shopper's number; :func:`only_a_reference`) and matched no FAQ intent: its status
+    (route ``action``). None when the message names no order, says more than that, or no store
+    is configured."""
     if not store.store_on():
         return None
     number = order_number_in(question.text)
-    if number is None:
+    if number is None or not only_a_reference(question.text):
         return None
     email = email_in(question.text)
     if not question.customer_id and email is None:

@@ -43,7 +43,7 @@ from .gateway import (
     usage_body,
 )
 from .ledger import CallContext
-from .providers.base import ProviderError, StreamDone, TextDelta
+from .providers.base import ProviderError, StreamDone, StreamItem, TextDelta, ToolCall
 from .resilience import stream_with_fallback
 from .types import Payer
 
@@ -166,16 +166,19 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBa
         d, context=CallContext(api_key_id=key_id, purpose="gateway", payer=Payer(api_key_id=key_id))
     )
     try:
-        first: TextDelta | StreamDone = await anext(source)
+        first: StreamItem = await anext(source)
     except ProviderError as e:
         await source.aclose()
         return error_response(_unavailable(e))
 
     async def items() -> AsyncIterator[TextDelta | StreamDone]:
+        # The gateway sends no tools (it refuses them), so no ToolCall ever comes.
         try:
-            yield first
+            if not isinstance(first, ToolCall):
+                yield first
             async for item in source:
-                yield item
+                if not isinstance(item, ToolCall):
+                    yield item
         finally:
             await source.aclose()
 

@@ -96,6 +96,7 @@ class Purpose(models.TextChoices):
     """What an upstream call was for (the ops view splits spending by it)."""
 
     ANSWER = "answer", "Answer to a shopper"
+    TOOL = "tool", "Answer to a shopper, after a store tool's result"
     REWRITE = "rewrite", "Follow-up rewrite (answer cache key)"
     SUMMARY = "summary", "Rolling conversation summary"
     SUGGESTION = "suggestion", "Suggested reply for an agent"

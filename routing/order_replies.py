@@ -12,10 +12,11 @@ from datetime import datetime
 from decimal import Decimal
 
 from store.services import ActionResult
-from store.types import Order, StoreError
+from store.types import Address, Order, StoreError
 
 __all__ = [
     "address_ask",
+    "address_offer",
     "done",
     "kept",
     "no_order_for",
@@ -261,6 +262,19 @@ def offer(order: Order, action: str, locale: str) -> str:
             'We will e-mail you a prepaid return label. Reply "yes" to confirm or "no" to leave it.'
         )
     return status(order, locale)
+
+
+def address_offer(order: Order, address: Address, locale: str) -> str:
+    """The offer to send ``order`` to ``address``, and the question that confirms it."""
+    where = f"{address.name}, {address.one_line()}"
+    if _zh(locale):
+        return (
+            f"订单 {order.number} 还没有打包，可以改寄到：{where}。确认修改吗？请回复“是”确认，或回复“不”保留原地址。"
+        )
+    return (
+        f"Order {order.number} has not been packed yet, so I can send it to: {where}. "
+        'Shall I change the address? Reply "yes" to confirm or "no" to keep the old one.'
+    )
 
 
 def address_ask(order: Order, locale: str) -> str:

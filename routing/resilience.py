@@ -50,7 +50,7 @@ from django.utils import timezone
 from . import breaker as breakers
 from . import budgets, ledger, throttle, upstream_blocks
 from .ledger import Attempt
-from .providers.base import ChatRequest, Provider, ProviderError, StreamDone, TextDelta
+from .providers.base import ChatRequest, Provider, ProviderError, StreamDone, StreamItem, TextDelta
 from .providers.ratelimits import UpstreamKey
 from .tiers import TIER_ORDER, provider_for, tier_configured, tier_model
 from .types import CallContext, Decision
@@ -125,7 +125,7 @@ async def _gate(
 
 async def stream_with_fallback(
     decision: Decision, *, context: CallContext | None = None
-) -> AsyncGenerator[TextDelta | StreamDone, None]:
+) -> AsyncGenerator[StreamItem, None]:
     """Stream ``decision.request``; gates, retries and tier fallback as in the module docstring.
 
     ``context`` (conversation, shopper message, gateway key) is stored on the ledger rows.

@@ -28,10 +28,10 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 
-from . import answers, classify, injection, ledger, privacy, prompt, singleflight, strategy, tasks, tiers, warmup
+from . import answers, classify, injection, ledger, privacy, prompt, singleflight, strategy, tasks, tiers, tools, warmup
 from . import summary as summaries
 from .complete import complete_decision
-from .providers.base import ProviderError, StreamDone, TextDelta
+from .providers.base import ProviderError, StreamDone, StreamItem, TextDelta
 from .registry import registry
 from .replies import person_request_words
 from .types import AnswerRecord, CallContext, Decision, HistoryLoader, Payer, Question, Suggestion
@@ -97,22 +97,26 @@ class Answer:
         if self.flags:
             decision.shareable = False
         self._done: StreamDone | None = None
-        self._source: AsyncIterator[TextDelta | StreamDone] | None = None
-        self._first: asyncio.Future[TextDelta | StreamDone] | None = None
+        self._source: AsyncIterator[StreamItem] | None = None
+        self._first: asyncio.Future[StreamItem] | None = None
         self._closed = False
         self._record: AnswerRecord | None = None
         self._remote = decision.request is not None and decision.provider is not None
         if self._remote:
-            # Identical cacheable questions in flight at once share one upstream call (routing.singleflight).
-            self._source = singleflight.open_stream(
-                decision,
-                question=decision.cache_question or question.text,
-                context=CallContext(
-                    conversation_id=question.conversation_id,
-                    message_id=question.message_id,
-                    payer=Payer.of_question(question),
-                ),
+            context = CallContext(
+                conversation_id=question.conversation_id,
+                message_id=question.message_id,
+                payer=Payer.of_question(question),
             )
+            assert decision.request is not None
+            if decision.request.tools:
+                # May call the store for this shopper's orders: never shared with another question.
+                self._source = tools.stream_with_tools(decision, question=question, context=context)
+            else:
+                # Identical cacheable questions in flight at once share one upstream call (routing.singleflight).
+                self._source = singleflight.open_stream(
+                    decision, question=decision.cache_question or question.text, context=context
+                )
             # Open the upstream request now, while Chat writes the bot row: saves a DB round trip of TTFT.
             self._first = asyncio.ensure_future(anext(self._source))
 
@@ -171,7 +175,7 @@ class Answer:
                     break
                 if isinstance(item, StreamDone):
                     self._done = item
-                elif item.text:
+                elif isinstance(item, TextDelta) and item.text:
                     if guard.feed(item.text):
                         raise _leak()
                     piece = unmasker.feed(item.text) if unmasker is not None else item.text

@@ -29,7 +29,7 @@ from cache_layer.policy import is_follow_up, personal_data
 from lib.text import detect_locale
 from store.services import store_on
 
-from . import actions, answers, budgets, privacy, prompt, rewrite
+from . import actions, answers, budgets, privacy, prompt, rewrite, tools
 from .classifier import HANDOFF, rule_for
 from .classify import classified as classified_text
 from .faq_model import normalise_text
@@ -191,13 +191,23 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         messages = prompt.build_messages(
             grounding=grounding, history=turns, text=sent_text, locale=locale, tier=tier, summary=summary
         )
+        # An order question may call the store (routing.tools); others are spared the tools' tokens.
+        use_tools = store_actions and store_on() and tools.relevant(text, grounded_on)
+        if use_tools:
+            messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{tools.TOOL_NOTE}"}, *messages[1:]]
         return Decision(
             route=f"llm.{tier}",
             locale=locale,
             tier=tier,
             provider=provider_for(tier),
-            request=ChatRequest(messages=messages, model=tier_model(tier), max_tokens=settings.KEFU_LLM_MAX_TOKENS),
-            reason=f"remote model, {tier_decision.describe()}{budget_note}",
+            request=ChatRequest(
+                messages=messages,
+                model=tier_model(tier),
+                max_tokens=settings.KEFU_LLM_MAX_TOKENS,
+                tools=tools.definitions(verified=bool(question.customer_id)) if use_tools else None,
+                tool_choice="auto" if use_tools else None,
+            ),
+            reason=f"remote model, {tier_decision.describe()}{budget_note}{', store tools' if use_tools else ''}",
             cache_scope=cache_scope,
             cache_vector=vector,
             grounded_on=grounded_on,

@@ -60,14 +60,18 @@ class StoreError(Exception):
     ``code``: see :data:`StoreErrorCode`; ``message``: for logs and agents (no personal data);
     ``next_step``: what the shopper can do next, in plain English (``"Reply with the order
     number and the e-mail address it was placed with."``), "" when nothing; ``permanent``:
-    False when trying again later may work (``upstream``)."""
+    False when trying again later may work (by default: ``upstream`` only)."""
 
-    def __init__(self, code: StoreErrorCode, message: str, *, next_step: str = "", permanent: bool = True) -> None:
+    def __init__(
+        self, code: StoreErrorCode, message: str, *, next_step: str = "", permanent: bool | None = None
+    ) -> None:
         super().__init__(message)
         self.code: StoreErrorCode = code
         self.message = message
         self.next_step = next_step
-        self.permanent = permanent if code != "upstream" else False
+        # By default only an upstream failure is worth trying again; an adapter says otherwise
+        # for one that is not (credentials the store refused).
+        self.permanent = permanent if permanent is not None else code != "upstream"
 
     def __repr__(self) -> str:
         return f"StoreError({self.code!r}, {self.message!r})"

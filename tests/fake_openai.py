@@ -97,6 +97,10 @@ class Behaviour:
         send_done: send the final `data: [DONE]` line.
         echo_prompt: a hostile upstream: answer with the whole prompt, every message's content
             (the system message first), one after the other (`text` is ignored).
+        tool_calls: the model calls these tools instead of (or after, with `text`) answering:
+            ``[{"name": str, "arguments": dict | str, "id"?: str}]``, streamed as OpenAI streams
+            them (a first delta with the id and name, then the arguments in three pieces) with
+            `finish_reason` ``"tool_calls"``; `text` then defaults to no text at all.
     """
 
     text: str | None = None
@@ -120,6 +124,7 @@ class Behaviour:
     model: str | None = None
     send_done: bool = True
     echo_prompt: bool = False
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 def _content_text(content: object) -> str:
@@ -369,9 +374,11 @@ class FakeOpenAI:
         model = behaviour.model or str(body.get("model") or "gpt-4o-mini")
         if behaviour.echo_prompt:
             text = "\n".join(_content_text(m.get("content")) for m in messages if isinstance(m, dict))
+        elif behaviour.tool_calls is not None and behaviour.text is None:
+            text = ""
         else:
             text = behaviour.text if behaviour.text is not None else default_answer(messages)
-        pieces = split_text(text, behaviour.chunks)
+        pieces = split_text(text, behaviour.chunks) if text else []
         usage = {
             "prompt_tokens": (
                 behaviour.prompt_tokens if behaviour.prompt_tokens is not None else _word_count(messages)
@@ -450,7 +457,7 @@ class FakeOpenAI:
             delay_ms = behaviour.ttft_ms if index == 0 else behaviour.token_ms
             if delay_ms > 0:
                 await asyncio.sleep(delay_ms / 1000)
-            last = index == len(pieces) - 1
+            last = index == len(pieces) - 1 and not behaviour.tool_calls
             await _send(
                 response,
                 chunk({"content": piece}, behaviour.finish_reason if last else None),
@@ -466,7 +473,19 @@ class FakeOpenAI:
             return response
         if behaviour.malformed_after_chunks is not None and behaviour.malformed_after_chunks >= count:
             await response.write(b'data: {"id": "broken", "choices": [\n\n')
-        if not pieces and behaviour.finish_reason is not None:
+        for number, call in enumerate(behaviour.tool_calls or []):
+            arguments = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
+            head = {"index": number, "id": call.get("id") or f"call_{uuid.uuid4().hex[:12]}", "type": "function"}
+            await _send(
+                response, chunk({"tool_calls": [{**head, "function": {"name": call["name"], "arguments": ""}}]})
+            )
+            third = max(1, len(arguments) // 3)
+            for start in range(0, len(arguments), third):
+                piece = {"index": number, "function": {"arguments": arguments[start : start + third]}}
+                await _send(response, chunk({"tool_calls": [piece]}))
+        if behaviour.tool_calls:
+            await _send(response, chunk({}, "tool_calls"))
+        elif not pieces and behaviour.finish_reason is not None:
             await _send(response, chunk({}, behaviour.finish_reason))
         if send_usage:
             usage_chunk = chunk({})

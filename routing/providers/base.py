@@ -24,6 +24,7 @@ __all__ = [
     "StreamDone",
     "StreamItem",
     "TextDelta",
+    "ToolCall",
     "Usage",
 ]
 
@@ -80,7 +81,19 @@ class StreamDone:
     latency_ms: float
 
 
-StreamItem = TextDelta | StreamDone
+@dataclass(frozen=True)
+class ToolCall:
+    """A function the model asked to call (OpenAI's ``tool_calls``), whole: its ``call_id``, the
+    function ``name`` and its ``arguments`` as the model wrote them (a JSON object as text, not
+    yet validated). Yielded after the call's last streamed fragment, before `StreamDone` (whose
+    `finish_reason` is then ``"tool_calls"``)."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+StreamItem = TextDelta | ToolCall | StreamDone
 
 
 class ProviderError(Exception):
@@ -139,7 +152,10 @@ class ChatRequest:
     `max_tokens` caps the answer length in tokens; None leaves it to the upstream.
     `first_token_within_s`: this call's own first-token budget, seconds, when shorter than the
     provider's configured one (the router sets what is left of a message's budget after earlier
-    attempts); None: the configured one.
+    attempts); None: the configured one. `tools`: functions the model may call, in the OpenAI
+    format (``{"type": "function", "function": {"name", "description", "parameters"}}``);
+    `tool_choice`: ``"auto"`` or ``"none"`` (None: the upstream's default). Messages may then
+    hold an assistant turn's ``tool_calls`` and ``{"role": "tool", "tool_call_id", "content"}``.
     """
 
     messages: list[dict[str, Any]]
@@ -147,6 +163,8 @@ class ChatRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     first_token_within_s: float | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,9 +194,10 @@ class ProviderConfig:
 class Provider(Protocol):
     """Anything that streams an answer.
 
-    `stream()` yields zero or more `TextDelta` then exactly one `StreamDone`, or raises
+    `stream()` yields zero or more `TextDelta` (and, for a request with `tools`, `ToolCall`
+    items after them) then exactly one `StreamDone`, or raises
     `ProviderError` (with `after_first_token` set when text was already yielded). Closing the
     iterator early (the shopper left) releases the upstream connection.
     """
 
-    def stream(self, request: ChatRequest) -> AsyncIterator[TextDelta | StreamDone]: ...
+    def stream(self, request: ChatRequest) -> AsyncIterator[StreamItem]: ...

@@ -62,6 +62,7 @@ from routing.providers.base import (
     ProviderErrorCode,
     StreamDone,
     TextDelta,
+    ToolCall,
     Usage,
 )
 from routing.providers.ratelimits import UpstreamKey
@@ -341,6 +342,8 @@ class _ChunkView:
     finish_reason: str | None
     usage: Usage | None
     model: str | None
+    # Fragments of tool calls: (index, id or "", name or "", arguments fragment).
+    tool_fragments: list[tuple[int, str, str, str]]
 
 
 def _malformed(message: str, *, after_first_token: bool) -> ProviderError:
@@ -367,6 +370,7 @@ def _read_chunk(chunk: object, *, after_first_token: bool) -> _ChunkView:
     if not isinstance(choices, list):
         raise _malformed("chunk `choices` is not a list", after_first_token=after_first_token)
     texts: list[str] = []
+    fragments: list[tuple[int, str, str, str]] = []
     finish_reason: str | None = None
     for choice in choices:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
@@ -381,6 +385,9 @@ def _read_chunk(chunk: object, *, after_first_token: bool) -> _ChunkView:
                     raise _malformed(f"chunk delta `{field}` is not a string", after_first_token=after_first_token)
                 if value:
                     texts.append(value)
+            calls = delta.get("tool_calls")
+            if calls is not None:
+                fragments.extend(_tool_fragments(calls, after_first_token=after_first_token))
         reason = choice.get("finish_reason")
         if reason is not None:
             finish_reason = str(reason)
@@ -401,8 +408,37 @@ def _read_chunk(chunk: object, *, after_first_token: bool) -> _ChunkView:
         )
     model = chunk.get("model")
     return _ChunkView(
-        texts=texts, finish_reason=finish_reason, usage=usage, model=model if isinstance(model, str) and model else None
+        texts=texts,
+        finish_reason=finish_reason,
+        usage=usage,
+        model=model if isinstance(model, str) and model else None,
+        tool_fragments=fragments,
     )
+
+
+def _tool_fragments(calls: object, *, after_first_token: bool) -> list[tuple[int, str, str, str]]:
+    """The pieces of tool calls one chunk's delta carries: OpenAI streams each call as a first
+    fragment with its ``index``, ``id``, ``type`` and ``function.name``, then fragments of
+    ``function.arguments`` with the same ``index`` only (the API reference, "The chat completion
+    chunk object", ``choices[].delta.tool_calls``).
+
+    Raises:
+        ProviderError: code `malformed` for fragments of the wrong shape.
+    """
+    if not isinstance(calls, list):
+        raise _malformed("chunk delta `tool_calls` is not a list", after_first_token=after_first_token)
+    out = []
+    for call in calls:
+        if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
+            raise _malformed("a tool call fragment is not an object with an index", after_first_token=after_first_token)
+        function = call.get("function") or {}
+        if not isinstance(function, dict):
+            raise _malformed("a tool call's `function` is not an object", after_first_token=after_first_token)
+        call_id, name, arguments = call.get("id") or "", function.get("name") or "", function.get("arguments") or ""
+        if not all(isinstance(v, str) for v in (call_id, name, arguments)):
+            raise _malformed("a tool call's id, name or arguments is not a string", after_first_token=after_first_token)
+        out.append((int(call.get("index", 0)), call_id, name, arguments))
+    return out
 
 
 class OpenAIProvider:
@@ -421,7 +457,7 @@ class OpenAIProvider:
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
 
-    async def stream(self, request: ChatRequest) -> AsyncGenerator[TextDelta | StreamDone, None]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[TextDelta | ToolCall | StreamDone, None]:
         """Stream one chat completion: `TextDelta` items, then exactly one `StreamDone`.
 
         Timeouts (from the config, seconds): the first non-empty text must arrive within
@@ -451,6 +487,8 @@ class OpenAIProvider:
         _last_call[client] = loop.time()
         _in_flight[client] = _in_flight.get(client, 0) + 1
         texts: list[str] = []
+        # Tool calls being streamed, by index: [id, name, arguments so far].
+        calls: dict[int, list[str]] = {}
         ttft_ms: float | None = None
         usage: Usage | None = None
         finish_reason: str | None = None
@@ -464,8 +502,10 @@ class OpenAIProvider:
                 waiting_for="the first token",
             )
             while True:
-                waiting_for = "the end of the answer" if texts else "the first token"
-                deadline = total_deadline if texts else first_token_deadline
+                # A tool call being streamed is the model's answer starting, as text is.
+                started_answer = bool(texts or calls)
+                waiting_for = "the end of the answer" if started_answer else "the first token"
+                deadline = total_deadline if started_answer else first_token_deadline
                 chunk = await self._within(
                     _next_chunk(sdk_stream),
                     deadline,
@@ -483,6 +523,10 @@ class OpenAIProvider:
                         ttft_ms = (time.perf_counter() - started) * 1000
                     texts.append(text)
                     yield TextDelta(text)
+                for index, call_id, name, arguments in view.tool_fragments:
+                    call = calls.setdefault(index, ["", "", ""])
+                    call[0], call[1] = call[0] or call_id, call[1] or name
+                    call[2] += arguments
         finally:
             _last_call[client] = loop.time()
             _in_flight[client] -= 1
@@ -498,9 +542,15 @@ class OpenAIProvider:
                 permanent=False,
                 after_first_token=bool(texts),
             )
+        for index in sorted(calls):
+            call_id, name, arguments = calls[index]
+            if not name:
+                raise ProviderError("a streamed tool call had no function name", code="malformed", permanent=False)
+            yield ToolCall(call_id=call_id or f"call_{index}", name=name, arguments=arguments)
         if usage is None:
             # Off the event loop: the first count loads the tokenizer (2–3 s).
-            usage = await asyncio.to_thread(_estimate_usage, request.messages, "".join(texts), model)
+            received = "".join(texts) + "".join(c[1] + c[2] for c in calls.values())
+            usage = await asyncio.to_thread(_estimate_usage, request.messages, received, model)
         yield StreamDone(
             usage=usage,
             model=model,
@@ -544,6 +594,8 @@ class OpenAIProvider:
             max_tokens=max_tokens if max_tokens is not None and not use_new_name else omit,
             max_completion_tokens=max_tokens if max_tokens is not None and use_new_name else omit,
             temperature=request.temperature if request.temperature is not None else omit,
+            tools=cast("Any", request.tools) if request.tools else omit,
+            tool_choice=cast("Any", request.tool_choice) if request.tools and request.tool_choice else omit,
             # Per call, so two configs sharing a client (same upstream) keep their own limits.
             timeout=http_timeout(self.config),
         )

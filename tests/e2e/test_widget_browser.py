@@ -245,3 +245,37 @@ def test_a_signed_in_customer_finds_their_chat_on_another_device(live_kefu, brow
         assert laptop.evaluate("window.kefu.state().conversation") == conversation
     finally:
         store.shutdown()
+
+
+def test_where_is_my_order_on_the_demo_storefront_shows_the_demo_orders_status(live_kefu, browser):
+    """What the README promises: the demo storefront, its FAQ and its demo orders, a shopper who
+    asks where their order is with the order number and e-mail, and the order's tracking."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from playwright.sync_api import expect
+
+    root = Path(__file__).resolve().parents[2]
+    kefu = live_kefu(faq_path=root / "routing" / "demo" / "faq_demo.jsonl")
+    subprocess.run(
+        [sys.executable, "manage.py", "load_demo_orders", "--if-empty"],
+        cwd=root,
+        env=kefu.env,
+        check=True,
+        capture_output=True,
+    )
+    page = browser.new_page()
+    frames: list[dict] = []
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(json.loads(payload))))
+    page.goto(kefu.base + "/")
+    page.click("kefu-chat >> .kefu-launcher")
+    page.fill("kefu-chat >> #kefu-input", "Where is my order? It's KF-1001, my e-mail is mei.chen@example.com")
+    page.press("kefu-chat >> #kefu-input", "Enter")
+    bubble = page.locator("kefu-chat >> .kefu-msg--bot .kefu-bubble").last
+    expect(bubble).to_contain_text("Tracking number: JD014600006281230981", timeout=20000)
+    expect(bubble).to_contain_text(
+        "Order KF-1001 (Stoneware mug, sand (set of 2) and Linen napkins, sage (set of 4)) shipped on"
+    )
+    end = next(f for f in frames if f["type"] == "stream.end")
+    assert end["route"] == "action" and end["model"] is None

@@ -323,3 +323,11 @@ async def test_a_failing_store_gives_the_faq_answer_and_a_try_again(
         "I couldn't reach our order system just now. Please try again in a minute, or ask for a person."
     )
     assert await calls() == [("bot", "action", "orders", "upstream")]
+
+
+async def test_a_chinese_shopper_gets_the_order_in_chinese(make_client, order_faq, demo_orders, remote):
+    end = await ask(await shopper(make_client), "订单号 KF-1003，邮箱 mei.chen@example.com")
+    assert end["route"] == "action"
+    assert end["text"].startswith("订单 KF-1003（Fig & cedar candle, large）已于 ")
+    assert end["text"].endswith(" 送达。")
+    assert remote.requests == []

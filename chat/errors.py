@@ -64,3 +64,15 @@ class NotAgent(ChatError):
     """The user is no longer an agent (deactivated, or the permission was taken away)."""
 
     code = "forbidden"
+
+
+class OrderRefused(ChatError):
+    """A store call made for the agent console did not do what was asked
+    (``chat.services.orders``). ``code`` is the store's: ``not_found`` (no such order of this
+    conversation's shopper), ``not_allowed`` (not possible in the order's state), ``invalid``,
+    ``upstream`` (the store failed or timed out: try again) or ``not_configured`` (no store)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.permanent = code != "upstream"

@@ -130,6 +130,108 @@ class ErrorFrame(TypedDict):
     client_id: NotRequired[str]
 
 
+# --- Agent console: the shopper's orders (docs/protocol.md §6.1; chat.services.orders) -----------
+
+
+class OrderItem(TypedDict):
+    title: str
+    quantity: int
+
+
+class OrderTracking(TypedDict):
+    """The latest parcel: ``url`` is "" when the carrier gives none."""
+
+    carrier: str
+    number: str
+    url: str
+
+
+class OrderRefundInfo(TypedDict):
+    amount: str  # a decimal string in the order's currency ("129.00")
+    status: str  # pending, succeeded, failed
+
+
+class OrderInfo(TypedDict):
+    """One order as the console shows it (no address, no e-mail: agents open the store's admin
+    for those). ``placed_at``: ISO 8601 (UTC); ``total``: a decimal string in ``currency``."""
+
+    number: str
+    status: str
+    placed_at: str
+    total: str
+    currency: str
+    items: list[OrderItem]
+    tracking: OrderTracking | None
+    refunds: list[OrderRefundInfo]
+    can_cancel: bool
+    can_return: bool
+    can_change_address: bool
+
+
+class OrdersFrame(TypedDict):
+    type: Literal["orders"]
+    conversation: str
+    orders: list[OrderInfo]
+    source: Literal["verified", "proved", "none"]
+
+
+class OrderActionFrame(TypedDict):
+    type: Literal["order.action"]
+    conversation: str
+    request_id: str
+    ok: Literal[True]
+    action: str
+    order: OrderInfo
+    repeated: bool
+    return_id: NotRequired[str]
+
+
+#: What an agent may ask of an order (``store.types.ACTIONS``); the last three change it.
+ORDER_ACTIONS = ("status", "refund_status", "cancel", "return", "change_address")
+REQUEST_ID_MAX = 64
+ORDER_NUMBER_MAX = 32
+
+
+def validate_request_id(content: dict[str, Any]) -> str:
+    """The ``request_id`` of an ``orders``/``order.action`` frame: 1-64 characters, printable."""
+    request_id = content.get("request_id")
+    if (
+        not isinstance(request_id, str)
+        or not request_id.strip()
+        or len(request_id) > REQUEST_ID_MAX
+        or not _encodable(request_id)
+        or not request_id.isprintable()
+    ):
+        raise ProtocolError("invalid", f"request_id must be a string of 1-{REQUEST_ID_MAX} printable characters")
+    return request_id
+
+
+def validate_order_action(content: dict[str, Any]) -> tuple[str, str, str, dict[str, Any] | None]:
+    """Check an agent's ``order.action`` frame; returns ``(order, action, request_id, address)``
+    (``address`` only for ``change_address``: an object, its fields checked by the store).
+
+    Raises ``ProtocolError("invalid")`` naming the first bad field."""
+    request_id = validate_request_id(content)
+    number = content.get("order")
+    if (
+        not isinstance(number, str)
+        or not number.strip()
+        or len(number) > ORDER_NUMBER_MAX
+        or not _encodable(number)
+        or not number.isprintable()
+    ):
+        raise ProtocolError("invalid", f"order must be an order number of 1-{ORDER_NUMBER_MAX} characters")
+    action = content.get("action")
+    if action not in ORDER_ACTIONS:
+        raise ProtocolError("invalid", f"action must be one of {', '.join(ORDER_ACTIONS)}")
+    address = None
+    if action == "change_address":
+        address = content.get("address")
+        if not isinstance(address, dict):
+            raise ProtocolError("invalid", "change_address needs an address object")
+    return number.strip(), str(action), request_id, address
+
+
 class ProtocolError(Exception):
     """A client frame that breaks the protocol. ``code`` is the ``error`` frame's code
     (``invalid`` or ``too_long``); ``client_id`` is echoed when the frame carried a usable one."""

@@ -12,7 +12,17 @@ from django.conf import settings
 
 from .. import answering, errors, events, presence, selectors, services, streams, suggest
 from ..models import MessageState
-from ..protocol import ProtocolError, error_frame, parse_uuid, validate_message, validate_text
+from ..protocol import (
+    OrderActionFrame,
+    OrdersFrame,
+    ProtocolError,
+    error_frame,
+    parse_uuid,
+    validate_message,
+    validate_order_action,
+    validate_request_id,
+    validate_text,
+)
 from .base import CLOSE_FORBIDDEN, FrameSocket
 
 log = logging.getLogger(__name__)
@@ -126,6 +136,15 @@ class AgentConsumer(FrameSocket):
             frame["conversation"] = conversation
         if content.get("type") == "message" and isinstance(client_id, str) and 0 < len(client_id) <= 64:
             frame["client_id"] = client_id
+        if content.get("type") in ("orders", "order.action"):
+            # So the console knows which click (or which panel) was refused.
+            try:
+                frame["request_id"] = validate_request_id(content)
+            except ProtocolError:
+                pass
+            order = content.get("order")
+            if isinstance(order, str) and 0 < len(order) <= 32 and order.isprintable():  # no lone surrogate
+                frame["order"] = order
         return frame
 
     async def on_heartbeat(self) -> None:
@@ -272,6 +291,60 @@ class AgentConsumer(FrameSocket):
             }
         )
 
+    async def on_orders(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """``orders``: the conversation's shopper's orders (``services.console_orders``: a verified
+        customer's recent orders, or those an anonymous shopper proved). Reply to this socket
+        only: ``orders``. Errors: ``forbidden``, ``not_found``, ``upstream``, ``not_configured``."""
+        try:
+            view = await services.console_orders(conversation_id=cid, agent=self.user)
+        except errors.NotAgent:
+            raise ProtocolError("forbidden", "you are no longer an agent") from None
+        except errors.OrderRefused as e:
+            raise ProtocolError(e.code, e.message) from None
+        frame: OrdersFrame = {
+            "type": "orders",
+            "conversation": str(cid),
+            "orders": view.orders,
+            "source": view.source,
+        }
+        await self._send(frame)
+
+    async def on_order_action(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """``order.action``: an action on one order of the conversation's shopper, on their
+        behalf (``services.console_order_action``; a change only by the agent holding the
+        conversation, once per ``request_id``). Reply to this socket only: ``order.action``; a
+        change made now also stores and publishes the shopper's system message. Errors:
+        ``invalid``, ``forbidden``, ``not_owner``, ``not_found``, ``not_allowed``, ``upstream``,
+        ``not_configured``, each echoing ``request_id`` and ``order``."""
+        number, action, request_id, address = validate_order_action(content)
+        try:
+            done = await services.console_order_action(
+                conversation_id=cid,
+                agent=self.user,
+                number=number,
+                action=action,
+                request_id=request_id,
+                address=address,
+            )
+        except errors.NotAgent:
+            raise ProtocolError("forbidden", "you are no longer an agent") from None
+        except errors.OrderRefused as e:
+            raise ProtocolError(e.code, e.message) from None
+        frame: OrderActionFrame = {
+            "type": "order.action",
+            "conversation": str(cid),
+            "request_id": request_id,
+            "ok": True,
+            "action": done.action,
+            "order": done.order,
+            "repeated": done.repeated,
+        }
+        if done.return_id:
+            frame["return_id"] = done.return_id
+        await self._send(frame)
+        if done.notice is not None:
+            await events.publish(cid, events.message_frame(done.notice))
+
     HANDLERS = {
         "open": on_open,
         "take_over": on_take_over,
@@ -282,6 +355,8 @@ class AgentConsumer(FrameSocket):
         "note": on_note,
         "suggest": on_suggest,
         "cache.wrong": on_cache_wrong,
+        "orders": on_orders,
+        "order.action": on_order_action,
     }
 
     # --- group events --------------------------------------------------------------------

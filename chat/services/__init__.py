@@ -3,7 +3,9 @@ each returns what the caller must publish (frames), and the caller publishes onl
 function returned, i.e. after its transaction committed (Zulip's actions, HackSoft's services).
 
 Split by job: ``conversations`` (start, authenticate, status, the queue), ``messages`` (store,
-claim, the bot's answer, ratings) and ``console`` (the agents' writes). All synchronous (the ORM).
+claim, the bot's answer, ratings), ``console`` (the agents' writes) and ``orders`` (the console's
+orders panel, through the store's door). All synchronous (the ORM), but ``console_orders`` and
+``console_order_action``: coroutines, whose store calls run under the store's deadline.
 """
 
 from .console import (
@@ -52,9 +54,12 @@ from .messages import (
     orphaned_answers,
     orphaned_claims,
 )
+from .orders import ConsoleOrderAction, ConsoleOrders, console_order_action, console_orders
 
 __all__ = [
     "CacheWrongResult",
+    "ConsoleOrderAction",
+    "ConsoleOrders",
     "Escalation",
     "HandBack",
     "Orphan",
@@ -73,6 +78,8 @@ __all__ = [
     "cache_answer_mark_wrong",
     "claim_release",
     "claim_renew",
+    "console_order_action",
+    "console_orders",
     "contact_save",
     "conversation_authenticate",
     "conversation_close",

@@ -27,6 +27,14 @@
     // Agent messages sent but not acknowledged yet: client_id -> {frame, el}. They are resent,
     // with the same client_id, after a reconnect; the server stores each client_id once.
     pending: new Map(),
+    // The shopper's orders panel: the open conversation's orders, the request id of the last
+    // "orders" request, the order actions awaiting their reply (request_id -> {frame, number}; resent
+    // with the same request_id after a reconnect, and the server changes an order once per id), and
+    // the last result shown under each order (number -> {text, error}).
+    orders: [],
+    ordersReq: null,
+    orderReqs: new Map(),
+    orderNotes: new Map(),
   };
 
   function newClientId() {
@@ -36,6 +44,19 @@
   }
 
   const ROLE_LABEL = { shopper: "Shopper", bot: "Bot", agent: "Agent", system: "Notice" };
+  const ORDER_STATUS = {
+    placed: "Placed, not packed yet",
+    packed: "Being packed",
+    shipped: "Shipped",
+    delivered: "Delivered",
+    cancelled: "Cancelled",
+    returned: "Returned",
+  };
+  const ORDER_SOURCE = { verified: "verified customer", proved: "proved in this chat", none: "" };
+  const ORDER_CONFIRM = {
+    cancel: (n) => `Cancel order ${n} for the shopper? It is refunded in full and the shopper is told in this chat.`,
+    return: (n) => `Start a return of order ${n} for the shopper? The store sends them the label and they are told in this chat.`,
+  };
   const STATUS_LABEL = {
     bot: "Bot is answering",
     waiting_agent: "Waiting for an agent",
@@ -111,6 +132,8 @@
         renderLists();
         if (state.open) send({ type: "open", conversation: state.open }); // after a reconnect
         for (const p of state.pending.values()) send(p.frame); // unacknowledged messages, again
+        for (const r of state.orderReqs.values()) send(r.frame); // order actions with no reply yet, again
+        if (state.open) loadOrders();
         return;
       case "conversation.update":
         return onUpdate(f);
@@ -121,6 +144,8 @@
         if (f.conversation === state.open) showPacket(f.packet);
         return;
       case "error":
+        if (f.request_id && state.orderReqs.has(f.request_id)) return orderFailed(f);
+        if (f.request_id && f.request_id === state.ordersReq) return ordersFailed(f);
         notify(f.message || f.code, true);
         if (f.client_id) notSent(f.client_id, f.message || f.code);
         if (state.pendingWrong != null) wrongFailed();
@@ -131,8 +156,11 @@
       state.pending.get(f.client_id).el.remove();
       state.pending.delete(f.client_id);
     }
+    if (f.type === "order.action") return onOrderAction(f);
     if (f.conversation !== state.open) return;
     switch (f.type) {
+      case "orders":
+        return onOrders(f);
       case "history":
         return onHistory(f);
       case "message":
@@ -244,6 +272,10 @@
     $("typing").hidden = true;
     $("reply").value = "";
     $("suggest-hint").textContent = "";
+    state.orders = [];
+    state.orderNotes.clear();
+    $("orders-list").replaceChildren();
+    $("orders-source").textContent = "";
     $("detail").hidden = false;
     $("empty").hidden = true;
     $("detail-title").textContent = `Conversation ${shortId(id)}`;
@@ -251,6 +283,7 @@
     renderLists();
     renderStatus();
     send({ type: "open", conversation: id });
+    loadOrders();
   }
 
   function onHistory(f) {
@@ -411,6 +444,114 @@
     $("reply").disabled = !mine();
     $("btn-send").disabled = !mine();
     $("reply").placeholder = mine() ? "Reply to the shopper (Enter to send, Shift+Enter for a new line)" : "Take the conversation over to reply";
+    renderOrders(); // its buttons are for the agent holding the conversation
+  }
+
+  // --- the shopper's orders (docs/console.md, Orders) -------------------------------------------
+  function loadOrders() {
+    if (!state.open) return;
+    $("orders").hidden = false;
+    $("orders-hint").textContent = "Loading…";
+    state.ordersReq = newClientId();
+    if (!send({ type: "orders", conversation: state.open, request_id: state.ordersReq })) {
+      $("orders-hint").textContent = "Offline: the orders load when the console is back online.";
+    }
+  }
+
+  function onOrders(f) {
+    state.orders = f.orders || [];
+    $("orders-source").textContent = ORDER_SOURCE[f.source] ? `(${ORDER_SOURCE[f.source]})` : "";
+    $("orders-hint").textContent = state.orders.length ? ""
+      : f.source === "none" ? "Anonymous shopper: no order proved in this chat (the bot asks for the order number and its e-mail address)."
+        : "No orders.";
+    renderOrders();
+  }
+
+  function ordersFailed(f) {
+    state.ordersReq = null;
+    $("orders-hint").textContent = f.code === "not_configured" ? "No store is connected." : `Orders unavailable: ${f.message || f.code}`;
+  }
+
+  function renderOrders() {
+    $("orders-list").replaceChildren(...state.orders.map(renderOrder));
+  }
+
+  function renderOrder(o) {
+    const li = el("li", "order");
+    li.dataset.status = o.status;
+    const head = el("div", "order__head");
+    head.append(el("span", "order__number", o.number), el("span", "order__status", ORDER_STATUS[o.status] || o.status));
+    li.append(head);
+    const placed = new Date(o.placed_at);
+    li.append(el("div", "order__meta", `${o.total} ${o.currency} · placed ${isNaN(placed) ? "" : placed.toLocaleDateString()}`));
+    if ((o.items || []).length) {
+      const items = el("ul", "order__items");
+      for (const it of o.items) items.append(el("li", null, `${it.quantity} × ${it.title}`));
+      li.append(items);
+    }
+    if (o.tracking) {
+      const track = el("div", "order__track", `${o.tracking.carrier} `);
+      if (/^https?:\/\//i.test(o.tracking.url || "")) {
+        const a = el("a", null, o.tracking.number);
+        a.href = o.tracking.url;
+        a.target = "_blank";
+        a.rel = "noopener noreferrer";
+        track.append(a);
+      } else {
+        track.append(document.createTextNode(o.tracking.number));
+      }
+      li.append(track);
+    }
+    for (const r of o.refunds || []) li.append(el("div", "order__refund", `Refund ${r.amount} ${o.currency}: ${r.status}`));
+    const busy = Array.from(state.orderReqs.values()).some((r) => r.number === o.number);
+    const actions = el("div", "order__actions");
+    actions.append(orderButton(o, "cancel", "Cancel", o.can_cancel, busy), orderButton(o, "return", "Start return", o.can_return, busy));
+    li.append(actions);
+    const note = state.orderNotes.get(o.number);
+    const result = el("p", `order__result${note && note.error ? " is-error" : ""}`, note ? note.text : "");
+    result.setAttribute("role", "status");
+    li.append(result);
+    return li;
+  }
+
+  // Cancel / Start return: a change made for the shopper, asked first with confirm(); one request id
+  // per click, so a resend after a reconnect changes the order once.
+  function orderButton(o, action, label, possible, busy) {
+    const btn = el("button", "btn", label);
+    btn.type = "button";
+    btn.disabled = !possible || busy || !mine();
+    if (possible && !mine()) btn.title = "Take the conversation over first";
+    btn.addEventListener("click", () => {
+      if (!mine() || !window.confirm(ORDER_CONFIRM[action](o.number))) return;
+      const frame = { type: "order.action", conversation: state.open, order: o.number, action, request_id: newClientId() };
+      state.orderReqs.set(frame.request_id, { frame, number: o.number });
+      state.orderNotes.set(o.number, { text: send(frame) ? "Working…" : "Offline: sent when the console is back online." });
+      renderOrders();
+    });
+    return btn;
+  }
+
+  function onOrderAction(f) {
+    const req = state.orderReqs.get(f.request_id);
+    state.orderReqs.delete(f.request_id);
+    if (f.conversation !== state.open || !f.order) return;
+    const number = req ? req.number : f.order.number;
+    state.orders = state.orders.map((o) => (o.number === number || o.number === f.order.number ? f.order : o));
+    const done = {
+      cancel: "Cancelled. The shopper was told.",
+      return: `Return ${f.return_id || ""} opened. The shopper was told.`,
+      change_address: "Address changed. The shopper was told.",
+    };
+    state.orderNotes.set(f.order.number, { text: f.repeated ? "Already done: nothing changed again." : done[f.action] || "Up to date." });
+    renderOrders();
+  }
+
+  function orderFailed(f) {
+    const req = state.orderReqs.get(f.request_id);
+    state.orderReqs.delete(f.request_id);
+    if (f.conversation !== state.open) return;
+    state.orderNotes.set(req.number, { text: `Not done: ${f.message || f.code}`, error: true });
+    renderOrders();
   }
 
   function showPacket(p) {
@@ -472,6 +613,7 @@
   $("btn-take").addEventListener("click", () => send({ type: "take_over", conversation: state.open }));
   $("btn-back").addEventListener("click", () => send({ type: "hand_back", conversation: state.open }));
   $("btn-close").addEventListener("click", () => send({ type: "close", conversation: state.open }));
+  $("btn-orders").addEventListener("click", loadOrders);
   $("btn-suggest").addEventListener("click", () => {
     $("suggest-hint").textContent = "Drafting…";
     send({ type: "suggest", conversation: state.open });

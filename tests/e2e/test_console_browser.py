@@ -206,3 +206,74 @@ def test_no_one_online_the_widget_takes_an_email_that_the_agent_then_sees(live_k
     agent.click("button[type=submit]")
     expect(agent.locator("#list-waiting .queue__item .queue__contact")).to_have_text("✉ ada@example.com", timeout=20000)
     assert errors == []
+
+
+def test_the_agent_sees_a_verified_shoppers_orders_and_cancels_one(live_kefu, browser):
+    """The orders panel beside the conversation (docs/console.md, Orders): a verified shopper's
+    demo orders, Cancel enabled only once the agent holds the conversation, a confirm() first,
+    the result under the order, and the shopper told in the chat."""
+    import time
+    import uuid
+
+    import jwt
+    from playwright.sync_api import expect
+    from websockets.sync.client import connect
+
+    secret = "store-backend-secret-0123456789abcdef"
+    kefu = live_kefu(env={"KEFU_IDENTITY_SECRET": secret, "KEFU_STORE_ADAPTER": "demo"})
+    subprocess.run(
+        [sys.executable, "manage.py", "load_demo_orders"], cwd=ROOT, env=kefu.env, check=True, capture_output=True
+    )
+    create_agent(kefu, "alice", "Alice", "correct horse battery")
+    now = int(time.time())
+    token = jwt.encode(
+        {"sub": "demo-mei", "iat": now, "exp": now + 600, "jti": uuid.uuid4().hex}, secret, algorithm="HS256"
+    )
+    errors: list[str] = []
+    with connect(kefu.ws, origin=kefu.base) as ws:
+
+        def until(kind: str, **match: str) -> dict:
+            while True:
+                f = json.loads(ws.recv(timeout=20))
+                if f["type"] == kind and all(f.get(k) == v for k, v in match.items()):
+                    return f
+
+        ws.send(json.dumps({"type": "hello", "identity": token}))
+        until("conversation")
+        ws.send(json.dumps({"type": "message", "client_id": "c1", "text": "can I pay with paypal?"}))
+        until("stream.end")
+
+        agent = browser.new_context().new_page()
+        watch(agent, errors)
+        agent.goto(kefu.base + "/console/")
+        agent.fill("#id_username", "alice")
+        agent.fill("#id_password", "correct horse battery")
+        agent.click("button[type=submit]")
+        row = agent.locator("#list-bot .queue__item")
+        expect(row).to_have_count(1, timeout=20000)
+        row.first.locator("button").click()
+
+        orders = agent.locator("#orders .order")
+        expect(orders.locator(".order__number")).to_have_text(["KF-1002", "KF-1001", "KF-1003"], timeout=20000)
+        expect(agent.locator("#orders-source")).to_have_text("(verified customer)")
+        expect(orders.nth(1).locator(".order__track a")).to_have_text("JD014600006281230981")
+        cancel = orders.first.get_by_role("button", name="Cancel", exact=True)
+        expect(cancel).to_be_disabled()  # not before the agent holds the conversation
+        expect(orders.nth(1).get_by_role("button", name="Cancel", exact=True)).to_be_disabled()  # shipped
+
+        agent.click("#btn-take")
+        expect(agent.locator("#detail-status")).to_have_text("With an agent: you", timeout=20000)
+        expect(cancel).to_be_enabled()
+        asked: list[str] = []
+        agent.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+        cancel.click()
+        expect(orders.first.locator(".order__result")).to_have_text("Cancelled. The shopper was told.", timeout=20000)
+        expect(orders.first.locator(".order__status")).to_have_text("Cancelled")
+        expect(cancel).to_be_disabled()
+        expect(agent.locator("#log .msg--system .msg__body").last).to_have_text(
+            "Order KF-1002 was cancelled by our team.", timeout=20000
+        )
+        assert asked and asked[0].startswith("Cancel order KF-1002 for the shopper?")
+        told = until("message", role="system")
+        assert told["text"] == "Order KF-1002 was cancelled by our team."
+    assert errors == []

@@ -25,6 +25,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -147,7 +148,13 @@ def _not_found(owner: Owner) -> StoreError:
     return StoreError("not_found", "no such order for this shopper", next_step=_NOT_FOUND_NEXT[owner.verified])
 
 
+_LOGGABLE_NUMBER = re.compile(r"^[#A-Za-z0-9][A-Za-z0-9 #\-]{0,31}$")
+
+
 def _log(actor: Actor, adapter: str, action: str, number: str, outcome: str, **fields: Any) -> StoreCall | None:
+    # Only what looks like an order number is written: the audit log holds no personal data,
+    # whatever a caller passed as the number.
+    number = number.strip() if _LOGGABLE_NUMBER.match(number.strip()) else ("(not an order number)" if number else "")
     try:
         return StoreCall.objects.create(
             adapter=adapter,
@@ -231,8 +238,9 @@ def action_run(
     Reads (``status``, ``refund_status``) return the order. Changes (``cancel``, ``return``,
     ``change_address`` with ``arguments["address"]``, see :func:`address_from_dict`) need an
     ``idempotency_key``: a key that already succeeded changes nothing and returns the order as
-    it stands with ``repeated=True``; a key another worker is running now raises ``upstream``
-    ("try again"), never runs twice.
+    it stands (for a return: its open return) with ``repeated=True`` (audit outcome
+    ``repeated``); a key another worker is running now raises ``upstream`` ("try again"), never
+    runs twice; a key that cannot be reserved (the audit log fails) is not run.
 
     Raises:
         StoreError: ``not_found`` (no such order or not the owner's), ``not_allowed`` (the
@@ -250,13 +258,20 @@ def action_run(
     adapter = store_adapter()
     # Reserve the key first: a second confirmation of the same change finds it taken.
     if StoreCall.objects.filter(idempotency_key=idempotency_key, outcome="ok").exists():
-        again = adapter.order_by_number(order.number) or order
-        return ActionResult(action=action, order=again, repeated=True)
+        _log(actor, adapter.name, action, order.number, "repeated")
+        if action == "return":
+            # The return this key opened: the order's open one (the lookup above is fresh).
+            opened = next((r for r in reversed(order.returns) if r.status in ("requested", "received")), None)
+            return ActionResult(action=action, order=None if opened else order, return_request=opened, repeated=True)
+        return ActionResult(action=action, order=order, repeated=True)
     try:
         with transaction.atomic():
             row = _log(actor, adapter.name, action, order.number, "running", idempotency_key=idempotency_key)
     except IntegrityError as e:
         raise StoreError("upstream", "this change is already being made", next_step="Try again in a moment.") from e
+    if row is None:
+        # Without its key reserved a change could be made twice: not made at all.
+        raise StoreError("upstream", "the audit log could not be written", next_step="Please try again in a minute.")
     started = time.perf_counter()
     try:
         result: ActionResult

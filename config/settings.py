@@ -381,7 +381,7 @@ KEFU_TOOL_MAX_CALLS = _env("int", "KEFU_TOOL_MAX_CALLS", default=3)
 # number. The default finds KF-1001, #1001 and "order 1001" / "订单号 1001", never a bare number.
 KEFU_ORDER_NUMBER_PATTERN = env.str(
     "KEFU_ORDER_NUMBER_PATTERN",
-    default=r"(?i)\b(KF-?\d{3,12})\b|#\s?(\d{3,12})\b|(?:\border|订单)\s*(?:no\.?|number|num|号|编号)?\s*[:：#]?\s*(\d{3,12})\b",
+    default=r"(?i)(KF-?\d{3,12})\b|#\s?(\d{3,12})\b|(?:\border|订单)\s*(?:no\.?|number|num|号|编号)?\s*[:：#]?\s*(\d{3,12})\b",
 )
 try:
     re.compile(KEFU_ORDER_NUMBER_PATTERN)
@@ -394,7 +394,9 @@ KEFU_ACTION_INTENTS = _env(
     default={
         "track_order": "status",
         "cancel_order": "cancel",
-        "change_order": "change_address",
+        # Bitext's change_order questions are mostly about items: "change" says whether the
+        # order can still be changed and asks what (bench/order_actions_eval.py).
+        "change_order": "change",
         "return_how_to": "return",
         "refund_timing": "refund_status",
     },

@@ -16,6 +16,7 @@ from cache_layer.embeddings import embed_batched
 from lib.text import detect_locale
 
 from . import answers, prompt
+from .actions import without_references
 from .classifier import HANDOFF, TierDecision, choose_tier
 from .faq_model import FaqMatch, normalise_text
 from .registry import registry
@@ -59,7 +60,9 @@ def classify(text: str, locale: str) -> Classified:
     # The FAQ answers only in a language it has entries for: a question in another language goes
     # on to a remote model, which answers in it (or to a person), grounded on the entries it matches.
     if model is not None and locale in snapshot.locales:
-        out.match = model.match(text, locale=locale)
+        # Order numbers and e-mail addresses are not words of a question (routing.actions).
+        asked = without_references(text) if settings.KEFU_STORE_ADAPTER else text
+        out.match = model.match(asked, locale=locale)
     if out.match is not None and out.match.accepted:
         return out
     if scope is not None:

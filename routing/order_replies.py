@@ -17,6 +17,7 @@ from store.types import Address, Order, StoreError
 __all__ = [
     "address_ask",
     "address_offer",
+    "change_ask",
     "done",
     "kept",
     "no_order_for",
@@ -74,7 +75,7 @@ def pick(orders: Sequence[Order], action: str) -> Order | None:
         return open_[0] if open_ else orders[0]
     if action == "refund_status":
         return next((o for o in orders if o.refunds or o.status in ("cancelled", "returned")), None)
-    if action in ("cancel", "change_address"):
+    if action in ("cancel", "change", "change_address"):
         placed = [o for o in orders if o.status == "placed"]
         return placed[0] if placed else (open_[0] if open_ else None)
     if action == "return":
@@ -178,7 +179,7 @@ def refund(order: Order, locale: str) -> str:
 
 def possible(order: Order, action: str) -> tuple[bool, str]:
     """Whether ``action`` can be done to ``order`` now, and if not, why (for the log)."""
-    if action in ("cancel", "change_address"):
+    if action in ("cancel", "change", "change_address"):
         return order.changeable, "" if order.changeable else order.status
     if action == "return":
         if order.returnable:
@@ -202,6 +203,13 @@ def not_possible(order: Order, action: str, locale: str) -> str:
         return (
             f"Order {n} has already been {order.status}, so it can no longer be cancelled. "
             "Once it arrives you can return it for a full refund."
+        )
+    if action == "change":
+        if zh:
+            return f"订单 {n} 已{_state_zh(order.status)}，无法再修改。收到商品后，您可以在退货期内申请退货或换货。"
+        return (
+            f"Order {n} has already been {order.status}, so it can no longer be changed. "
+            "Once it arrives you can return or exchange it."
         )
     if action == "change_address":
         if zh:
@@ -274,6 +282,17 @@ def address_offer(order: Order, address: Address, locale: str) -> str:
     return (
         f"Order {order.number} has not been packed yet, so I can send it to: {where}. "
         'Shall I change the address? Reply "yes" to confirm or "no" to keep the old one.'
+    )
+
+
+def change_ask(order: Order, locale: str) -> str:
+    """The order can still be changed: what the shopper should say."""
+    if _zh(locale):
+        return f"订单 {order.number} 还没有打包，仍可修改。请告诉我您想改什么：新的收货地址我可以直接为您修改；商品或数量的修改会由同事为您处理。"
+    return (
+        f"Order {order.number} has not been packed yet, so it can still be changed. Tell me what you would like "
+        "to change: a new delivery address I can set right here; for other items or quantities a member of our "
+        "team will take it from there."
     )
 
 

@@ -331,3 +331,38 @@ async def test_a_chinese_shopper_gets_the_order_in_chinese(make_client, order_fa
     assert end["text"].startswith("订单 KF-1003（Fig & cedar candle, large）已于 ")
     assert end["text"].endswith(" 送达。")
     assert remote.requests == []
+
+
+async def test_a_short_message_naming_an_order_is_answered_for_what_it_asks(
+    make_client, order_faq, demo_orders, remote
+):
+    # Found wanting by bench/order_actions_eval.py: "refund, order ..., e-mail ..." got the status.
+    client = await shopper(make_client)
+    end = await ask(client, "refund for KF-1004? sam.okafor@example.com")
+    assert end["route"] == "action"
+    assert end["text"].startswith("A refund of 56.00 EUR was paid back to your original payment method on ")
+    end = await ask(client, "cancel orderKF-1002 mei.chen@example.com")  # no space before the number
+    assert end["text"].startswith(
+        "Order KF-1002 (Oak table lamp, 129.00 EUR) has not been packed yet, so I can cancel it"
+    )
+
+
+async def test_a_signed_in_shopper_with_no_refund_gets_the_faq_answer_and_what_their_orders_show(
+    make_client, order_faq, demo_orders, remote
+):
+    end = await ask(await shopper(make_client, "demo-mei"), "has my refund been processed?")
+    assert end["route"] == "faq"
+    assert end["text"] == (
+        "We refund you within 5 business days of receiving your return.\n\nNone of your recent orders has a refund."
+    )
+
+
+async def test_changing_an_order_says_whether_it_still_can_be(make_client, order_faq, demo_orders, remote, settings):
+    settings.KEFU_ACTION_INTENTS = {**settings.KEFU_ACTION_INTENTS, "track_order": "change"}
+    end = await ask(await shopper(make_client, "demo-mei"), "has my order shipped yet")
+    assert end["route"] == "action"
+    assert end["text"].startswith("Order KF-1002 has not been packed yet, so it can still be changed.")
+    end = await ask(await shopper(make_client, "demo-sam"), "has my order shipped yet")
+    assert end["text"] == (
+        "Order KF-1005 has already been packed, so it can no longer be changed. Once it arrives you can return or exchange it."
+    )

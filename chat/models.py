@@ -136,6 +136,10 @@ class Message(models.Model):
     # seq keeps the conversation's seqs dense) with empty text; clients show nothing for it.
     superseded = models.BooleanField(default=False)
     faq_entry_id = models.BigIntegerField(null=True, blank=True)
+    # Why the router chose the route, in its own words ("faq track_order p=0.93", "remote model,
+    # rule refund_dispute"...): shown to agents in the transcript and the console, never to the
+    # shopper.
+    route_reason = models.CharField(max_length=200, blank=True)
     # The CachedAnswer a ``cache.*`` answer was served from. Not a foreign key: entries expire and
     # are evicted (an agent marking one wrong), and the message keeps the id it was served from.
     cache_entry_id = models.BigIntegerField(null=True, blank=True)

@@ -261,6 +261,7 @@ def _finished(record: AnswerRecord) -> dict[str, Any]:
         "cut": record.cut,
         "faq_entry_id": record.faq_entry_id,
         "cache_entry_id": record.cache_entry_id,
+        "route_reason": record.reason[:200],
         "state": MessageState.DONE,
         "lease_until": None,
     }

@@ -349,7 +349,8 @@
     rec.cp = Array.from(rec.text).length;
     rec.body.textContent = rec.text;
     if (m.marked_wrong) rec.marked = true; // history: an agent already marked its cached answer wrong
-    rec.m = m;
+    if (m.reason) rec.reason = m.reason; // history only: live frames are shared with the shopper and carry none
+    rec.m = m.reason || !rec.reason ? m : { ...m, reason: rec.reason };
     renderMeta(rec, m.id);
     rec.el.classList.toggle("is-streaming", !!m.streaming);
     scrollLog();
@@ -359,7 +360,12 @@
     const m = rec.m;
     const who = m.role === "agent" ? `${m.agent || "Agent"} (agent)` : ROLE_LABEL[m.role] || m.role;
     rec.meta.replaceChildren(el("span", "msg__who", who));
-    if (m.route) rec.meta.append(el("span", "badge", m.route));
+    if (m.route) {
+      const badge = el("span", "badge", m.route);
+      if (m.reason) badge.title = `Why: ${m.reason}`;
+      rec.meta.append(badge);
+      if (m.reason) rec.meta.append(el("span", "route-reason", m.reason));
+    }
     if ((m.flags || []).includes("prompt_injection")) {
       // The shopper tried to override the assistant's instructions (routing/injection.py).
       rec.meta.append(el("span", "badge badge--warn", "possible prompt injection"));

@@ -753,3 +753,23 @@ def test_login_page_signs_an_agent_in(client, db):
     response = client.post("/console/login/", {"username": "alice", "password": "pw-alice"})
     assert response.status_code == 302 and response["Location"] == "/console/"
     assert client.get("/console/").status_code == 200
+
+
+async def test_agents_see_why_an_answer_took_its_route_and_the_shopper_never_does(make_client, make_agent, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("do you accept paypal?")
+    frames = await shopper.until("stream.end")
+    assert frames[-1]["route"] == "faq"
+    assert not any("reason" in f for f in frames)  # the router's words are for agents only
+    reason = await database_sync_to_async(
+        lambda: Message.objects.get(conversation_id=shopper.conversation, role="bot").route_reason
+    )()
+    assert reason.startswith("faq payment_methods p=")
+    alice = await make_agent("alice", "Alice")
+    await alice.send({"type": "open", "conversation": shopper.conversation})
+    history = (await alice.until("history"))[-1]
+    [bot] = [m for m in history["messages"] if m["role"] == "bot"]
+    assert bot["reason"] == reason
+    [asked] = [m for m in history["messages"] if m["role"] == "shopper"]
+    assert "reason" not in asked

@@ -68,6 +68,11 @@ class Conversation(models.Model):
     # An address the shopper left (the widget offers the form while no agent is online), for an
     # agent to reply to later; shown in the console. "" when none.
     contact_email = models.EmailField(max_length=254, blank=True)
+    # Customer satisfaction, asked by the widget when the conversation closes: 1 (very
+    # unsatisfied) to 5 (very satisfied), the latest answer wins; None: not given.
+    csat_score = models.PositiveSmallIntegerField(null=True, blank=True)
+    csat_comment = models.CharField(max_length=500, blank=True)
+    csat_at = models.DateTimeField(null=True, blank=True)
     # The store's customer, when a signed identity token said who the shopper is (chat.identity):
     # their id in the store's system, and the name and e-mail the store sent, shown to agents.
     # "" for an anonymous shopper. A verified customer's conversations are theirs on any device.

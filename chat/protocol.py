@@ -123,6 +123,14 @@ class NoticeFrame(TypedDict):
     message: str
 
 
+class CsatSavedFrame(TypedDict):
+    """The reply to a shopper's ``{"type": "csat", "score": 1-5, "comment"?}`` on a closed
+    conversation: the score stored."""
+
+    type: Literal["csat.saved"]
+    score: int
+
+
 class ErrorFrame(TypedDict):
     type: Literal["error"]
     code: str

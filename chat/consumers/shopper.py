@@ -90,6 +90,8 @@ class ShopperConsumer(FrameSocket):
                 await events.publish_staff(self.conversation_id, {"type": "typing", "role": "shopper"})
             elif kind == "feedback":
                 await self.on_feedback(content)
+            elif kind == "csat":
+                await self.on_csat(content)
             elif kind == "resync":
                 await self.on_resync(content)
             elif kind == "contact":
@@ -313,6 +315,16 @@ class ShopperConsumer(FrameSocket):
             )
         except errors.InvalidFeedback as e:
             raise ProtocolError(e.code, e.message) from None
+
+    async def on_csat(self, content: dict[str, Any]) -> None:
+        assert self.conversation_id is not None
+        try:
+            score = await database_sync_to_async(services.csat_record)(
+                conversation_id=self.conversation_id, score=content.get("score"), comment=content.get("comment", "")
+            )
+        except errors.InvalidFeedback as e:
+            raise ProtocolError(e.code, e.message) from None
+        await self._send({"type": "csat.saved", "score": score})
 
     # --- group events --------------------------------------------------------------------
     async def chat_frames(self, event: dict[str, Any]) -> None:

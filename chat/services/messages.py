@@ -382,6 +382,24 @@ def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: o
         raise InvalidFeedback("no such bot message in this conversation")
 
 
+def csat_record(*, conversation_id: uuid.UUID, score: object, comment: object = "") -> int:
+    """Store the shopper's satisfaction with a closed conversation: ``score`` 1-5 (integers),
+    ``comment`` at most 500 code points (optional). The latest answer wins. Returns the score.
+
+    Raises ``InvalidFeedback`` for a bad score or comment, or a conversation that is not closed
+    (the widget asks when it closes)."""
+    if not isinstance(score, int) or isinstance(score, bool) or not 1 <= score <= 5:
+        raise InvalidFeedback("score must be an integer from 1 to 5")
+    if not isinstance(comment, str) or len(comment) > 500:
+        raise InvalidFeedback("comment must be text of at most 500 characters")
+    updated = Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.CLOSED).update(
+        csat_score=score, csat_comment=comment.strip(), csat_at=timezone.now()
+    )
+    if not updated:
+        raise InvalidFeedback("satisfaction is asked once the conversation is closed")
+    return score
+
+
 @dataclass(frozen=True)
 class Orphan:
     """An answer left streaming by a process that died: the bot row, the shopper message it

@@ -105,6 +105,9 @@
       noticeAgent: (name) => `${name} joined the conversation`,
       noticeAgentAnon: "An agent joined the conversation",
       noticeClosed: "The conversation was closed",
+      csatAsk: "How satisfied are you with the help you got?",
+      csatScore: (n) => ["", "Very unsatisfied", "Unsatisfied", "Neutral", "Satisfied", "Very satisfied"][n],
+      csatThanks: "Thank you for telling us!",
       noticeBot: "You are chatting with our assistant again",
       noticeNew: "Your previous conversation has expired, so we started a new one.",
       errors: {
@@ -167,6 +170,9 @@
       noticeAgent: (name) => `${name} 已加入对话`,
       noticeAgentAnon: "人工客服已加入对话",
       noticeClosed: "对话已结束",
+      csatAsk: "您对本次服务满意吗？",
+      csatScore: (n) => ["", "非常不满意", "不满意", "一般", "满意", "非常满意"][n],
+      csatThanks: "感谢您的评价！",
       noticeBot: "您现在正在与智能助手对话",
       noticeNew: "之前的对话已过期，已为您开始新的对话。",
       errors: {
@@ -720,6 +726,39 @@
     });
   }
 
+  /** Customer satisfaction, asked once the conversation closes: five buttons (1-5), one click
+   * sends {"type": "csat", "score"}; the server's csat.saved thanks the shopper. */
+  function askCsat() {
+    const old = log.querySelector(".kefu-csat");
+    if (old) old.remove();
+    const box = h("div", "kefu-notice kefu-csat");
+    box.setAttribute("role", "group");
+    box.setAttribute("aria-label", T.csatAsk);
+    box.appendChild(h("span", "kefu-csat__ask", T.csatAsk));
+    const row = h("span", "kefu-csat__scores");
+    for (let n = 1; n <= 5; n++) {
+      const b = h("button", "kefu-csat__score", String(n));
+      b.type = "button";
+      b.title = T.csatScore(n);
+      b.setAttribute("aria-label", `${n}: ${T.csatScore(n)}`);
+      b.addEventListener("click", () => {
+        if (!send({ type: "csat", score: n })) return;
+        for (const other of row.querySelectorAll("button")) other.setAttribute("aria-pressed", String(other === b));
+      });
+      row.appendChild(b);
+    }
+    box.appendChild(row);
+    const stick = nearBottom();
+    insertOrdered(box, maxSeq() + 0.6);
+    if (stick) scrollToEnd();
+  }
+
+  function onCsatSaved() {
+    const box = log.querySelector(".kefu-csat");
+    if (box) box.replaceChildren(h("span", "kefu-csat__ask", T.csatThanks));
+    announce(T.csatThanks);
+  }
+
   function addNotice(text) {
     const stick = nearBottom();
     insertOrdered(h("div", "kefu-notice", text), maxSeq() + 0.5);
@@ -924,7 +963,10 @@
       }
       else if (status === "agent" && (prev !== "agent" || (agent && agent !== prevAgent)))
         addNotice(agent ? T.noticeAgent(agent) : T.noticeAgentAnon);
-      else if (status === "closed" && prev !== "closed") addNotice(T.noticeClosed);
+      else if (status === "closed" && prev !== "closed") {
+        addNotice(T.noticeClosed);
+        askCsat();
+      }
       else if (status === "bot" && (prev === "agent" || prev === "waiting_agent")) addNotice(T.noticeBot);
     }
     if (status !== "bot") hideThinking();
@@ -1116,6 +1158,8 @@
         return onAvailability(f);
       case "contact.saved":
         return onContactSaved(f);
+      case "csat.saved":
+        return onCsatSaved();
       case "status":
         setAvailability(f.availability); // first: the notice the status change adds reads it
         return setStatus(String(f.status), typeof f.agent === "string" ? f.agent : null, true);

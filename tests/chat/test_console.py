@@ -773,3 +773,34 @@ async def test_agents_see_why_an_answer_took_its_route_and_the_shopper_never_doe
     assert bot["reason"] == reason
     [asked] = [m for m in history["messages"] if m["role"] == "shopper"]
     assert "reason" not in asked
+
+
+async def test_a_closed_conversation_takes_the_shoppers_satisfaction_once_closed(make_client, make_agent, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("can I pay by card?")
+    await shopper.until("stream.end")
+    # Not asked before it closes.
+    await shopper.send({"type": "csat", "score": 5})
+    assert await shopper.recv() == {
+        "type": "error",
+        "code": "invalid",
+        "message": "satisfaction is asked once the conversation is closed",
+    }
+    alice = await make_agent("alice", "Alice")
+    await alice.send({"type": "close", "conversation": shopper.conversation})
+    assert (await shopper.recv())["status"] == "closed"
+    for bad in (0, 6, "5", True, 4.5):
+        await shopper.send({"type": "csat", "score": bad})
+        assert (await shopper.recv())["message"] == "score must be an integer from 1 to 5"
+    await shopper.send({"type": "csat", "score": 2, "comment": "  slow  "})
+    assert await shopper.recv() == {"type": "csat.saved", "score": 2}
+
+    def stored() -> tuple[int | None, str, bool]:
+        row = Conversation.objects.get(pk=shopper.conversation)
+        return row.csat_score, row.csat_comment, row.csat_at is not None
+
+    assert await database_sync_to_async(stored)() == (2, "slow", True)
+    await shopper.send({"type": "csat", "score": 4})  # the latest answer wins, comment and all
+    assert await shopper.recv() == {"type": "csat.saved", "score": 4}
+    assert await database_sync_to_async(stored)() == (4, "", True)

@@ -335,6 +335,10 @@ if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:
 # context: chat/models.py, Conversation.session_from_seq), seconds. Six hours: a later visit the
 # same day is a new errand more often than not; a store sets its own.
 KEFU_SESSION_IDLE_S = _env("float", "KEFU_SESSION_IDLE_S", default=6 * 3600.0)
+# Outcomes (chat/outcomes.py): a conversation counts as resolved only once this many hours passed
+# after its last message without the shopper coming back on the same topic (and no handoff,
+# thumbs-down or score of 1-2).
+KEFU_RESOLUTION_WINDOW_H = _env("float", "KEFU_RESOLUTION_WINDOW_H", default=72.0)
 # Signed shopper identity (chat/identity.py, docs/security.md): the HS256 secret the store's
 # backend signs identity tokens with ("" = off: a hello with one is refused), the longest life a
 # token may have (exp - iat, s) and the clock skew allowed (s).

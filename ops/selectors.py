@@ -33,6 +33,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from chat.models import Conversation, ConversationStatus, Message, Role
+from chat.outcomes import outcomes_summary
 from routing.models import BudgetCounter, UpstreamCall
 
 #: Newest answers per route read for the percentiles (bounds the work of one summary).
@@ -173,6 +174,9 @@ def summary(*, hours: float = 24, now: datetime | None = None) -> dict[str, Any]
             "ttft_ms": upstream_ttft,
         },
         "handoffs": {"answers": counts.get("handoff", 0), "waiting_now": waiting, "with_agent_now": with_agent},
+        # Conversations started in the window, resolved or not (chat.outcomes: strict, confirmed
+        # and assumed apart, open until their recontact window passed); CSAT scores.
+        "outcomes": outcomes_summary(since=start, until=end),
         "budgets": budgets_now(today=timezone.localdate(end)),
     }
 

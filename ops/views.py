@@ -98,6 +98,7 @@ def dashboard(request: HttpRequest, hours: float) -> HttpResponse:
             "hours_q": f"{hours:g}",
             "windows": WINDOWS,
             "tiers": sorted(data["upstream"]["ttft_ms"].items()),
+            "resolution_window_h": settings.KEFU_RESOLUTION_WINDOW_H,
         },
     )
     response["Content-Security-Policy"] = OPS_CSP

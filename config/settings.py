@@ -339,6 +339,10 @@ KEFU_SESSION_IDLE_S = _env("float", "KEFU_SESSION_IDLE_S", default=6 * 3600.0)
 # after its last message without the shopper coming back on the same topic (and no handoff,
 # thumbs-down or score of 1-2).
 KEFU_RESOLUTION_WINDOW_H = _env("float", "KEFU_RESOLUTION_WINDOW_H", default=72.0)
+# FAQ candidates (ops/candidates.py): questions that went to a person or a model are grouped when
+# they are on average at least this alike (cosine of their embeddings). With the bundled model,
+# unrelated store questions measured 0.78-0.84 and paraphrases 0.92-0.93 (tests/ops/test_faq_candidates.py).
+KEFU_FAQ_CANDIDATE_COSINE = _env("float", "KEFU_FAQ_CANDIDATE_COSINE", default=0.88)
 # Signed shopper identity (chat/identity.py, docs/security.md): the HS256 secret the store's
 # backend signs identity tokens with ("" = off: a hello with one is refused), the longest life a
 # token may have (exp - iat, s) and the clock skew allowed (s).

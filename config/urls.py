@@ -3,6 +3,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import path
 
 from chat import views
+from ops import candidates_views
 from ops import views as ops_views
 from routing import gateway_views
 
@@ -21,5 +22,7 @@ urlpatterns = [
     # Ops (docs/ops.md): staff with the routing.view_costs permission; /metrics for Prometheus.
     path("ops/", ops_views.dashboard, name="ops"),
     path("ops/api/summary", ops_views.summary_api, name="ops-summary"),
+    path("ops/faq-candidates/", candidates_views.candidates_page, name="ops-faq-candidates"),
+    path("ops/api/faq-candidates", candidates_views.candidates_api, name="ops-faq-candidates-api"),
     path("metrics", ops_views.metrics, name="metrics"),
 ]

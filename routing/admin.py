@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -15,6 +16,19 @@ class FaqEntryAdmin(admin.ModelAdmin):
     list_display = ("intent", "locale", "question", "active", "updated_at")
     list_filter = ("locale", "active")
     search_fields = ("intent", "question", "answer")
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        """The add form filled from the query string, as Django's admin does, with ``variants``
+        read as the JSON list it is (ops' FAQ candidates draft entries so: /ops/faq-candidates/)."""
+        initial = super().get_changeform_initial_data(request)
+        raw = initial.get("variants")
+        if isinstance(raw, str):
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = None
+            initial["variants"] = [str(v) for v in parsed] if isinstance(parsed, list) else []
+        return initial
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)

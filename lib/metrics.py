@@ -7,7 +7,7 @@ Recorded here, in seconds as Prometheus' conventions want (names end in ``_secon
   stored to the first text of its answer, per route (``faq``, ``cache.exact``, ``llm.simple``...)
   and tier (``simple``/``medium``/``complex`` for ``llm.*`` routes, ``none`` otherwise);
 - ``kefu_answer_latency_seconds{route, tier}`` (histogram): to the answer's end;
-- ``kefu_open_sockets{kind}`` (gauge): shopper sockets open in the process (summed over the live
+- ``kefu_open_sockets{kind}`` (gauge): shopper and agent sockets open in the process (summed over the live
   processes in multiprocess mode).
 
 **Several worker processes.** Each process keeps its own values; with the environment variable

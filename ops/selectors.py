@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 
 from chat.models import Conversation, ConversationStatus, Message, Role
@@ -236,7 +236,8 @@ def budgets_now(*, today: Any = None) -> dict[str, Any]:
 def totals() -> dict[str, Any]:
     """All-time running totals for ``/metrics`` (Prometheus counters): answers by route,
     upstream calls by tier / purpose / outcome with their USD, and USD saved by route; plus the
-    conversations waiting for / held by an agent now (gauges)."""
+    conversations waiting for / held by an agent now and how long the longest has waited, in
+    seconds (gauges)."""
     answers = list(
         Message.objects.filter(role=Role.BOT)
         .exclude(route="")
@@ -250,7 +251,11 @@ def totals() -> dict[str, Any]:
         .order_by("tier", "purpose", "outcome")
     )
     waiting, with_agent = _agent_queue_now()
+    oldest = Conversation.objects.filter(
+        status=ConversationStatus.WAITING_AGENT, waiting_since__isnull=False
+    ).aggregate(oldest=Min("waiting_since"))["oldest"]
     return {
+        "oldest_wait_s": (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0,
         "answers": [(r["route"], r["n"], _usd(r["saved"])) for r in answers],
         "calls": [(r["tier"], r["purpose"], r["outcome"], r["n"], _usd(r["usd"])) for r in calls],
         "waiting": waiting,

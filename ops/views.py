@@ -110,9 +110,11 @@ def metrics(request: HttpRequest) -> HttpResponse:
     worker process reports the same totals: ``kefu_answers_total{route}``,
     ``kefu_saved_usd_total{route}``, ``kefu_upstream_calls_total{tier,purpose,outcome}``,
     ``kefu_upstream_cost_usd_total{tier,purpose,outcome}`` (counters) and
-    ``kefu_conversations{status}`` for ``waiting_agent`` / ``agent`` (gauge); then the processes'
-    own ``lib.metrics`` (``kefu_time_to_first_token_seconds``, ``kefu_answer_latency_seconds``,
-    ``kefu_open_sockets``, and process metrics outside multiprocess mode)."""
+    ``kefu_conversations{status}`` for ``waiting_agent`` / ``agent`` (the queue length) and
+    ``kefu_agent_queue_oldest_wait_seconds`` (gauges); then the processes' own ``lib.metrics``
+    (``kefu_time_to_first_token_seconds``, ``kefu_answer_latency_seconds``,
+    ``kefu_open_sockets{kind}`` for shopper and agent sockets, and process metrics outside
+    multiprocess mode)."""
     token = settings.KEFU_METRICS_TOKEN
     if token:
         sent = request.headers.get("Authorization", "")
@@ -151,7 +153,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
             )
             conv.add_metric(["waiting_agent"], t["waiting"])
             conv.add_metric(["agent"], t["with_agent"])
-            yield from (answers, saved, calls, cost, conv)
+            oldest = GaugeMetricFamily(
+                "kefu_agent_queue_oldest_wait_seconds",
+                "How long the conversation waiting longest for an agent has waited (0: none waits).",
+                value=t["oldest_wait_s"],
+            )
+            yield from (answers, saved, calls, cost, conv, oldest)
 
     registry = CollectorRegistry()
     registry.register(_Totals())

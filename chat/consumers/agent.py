@@ -10,6 +10,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from lib import metrics
+
 from .. import answering, errors, events, presence, selectors, services, streams, suggest
 from ..models import MessageState
 from ..protocol import (
@@ -58,6 +60,7 @@ class AgentConsumer(FrameSocket):
         self.name = services.agent_display_name(user)
         await self.join(events.AGENTS_GROUP)
         self.in_agents_group = True
+        metrics.OPEN_SOCKETS.labels("agent").inc()
         await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
         canned, queue, online = await database_sync_to_async(
             lambda: (selectors.canned_replies(), selectors.console_queue(), presence.agents_online())
@@ -79,6 +82,7 @@ class AgentConsumer(FrameSocket):
         # The lease is left to run out (chat.presence): a console that reconnects is not a leave.
         if self.in_agents_group:
             self.in_agents_group = False
+            metrics.OPEN_SOCKETS.labels("agent").dec()
             await self.leave(events.AGENTS_GROUP)
         await self._unfollow()
 

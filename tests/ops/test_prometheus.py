@@ -116,3 +116,25 @@ def test_every_metric_the_grafana_dashboard_names_is_served(client: Any) -> None
     text = client.get("/metrics").content.decode()
     served = {family.name for family in text_string_to_metric_families(text)}
     assert named <= served, named - served
+
+
+@pytest.mark.django_db
+def test_the_agent_queue_length_and_its_longest_wait_are_gauges(client: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat.models import Conversation
+
+    text = client.get("/metrics").content.decode()
+    assert value(text, "kefu_agent_queue_oldest_wait_seconds") == 0.0  # no one waits
+    now = timezone.now()
+    for waited_s in (30, 90):
+        Conversation.objects.create(
+            token_hash="x" * 64, status="waiting_agent", waiting_since=now - timedelta(seconds=waited_s)
+        )
+    Conversation.objects.create(token_hash="x" * 64, status="agent")
+    text = client.get("/metrics").content.decode()
+    assert value(text, "kefu_conversations", status="waiting_agent") == 2
+    assert value(text, "kefu_conversations", status="agent") == 1
+    assert 90 <= value(text, "kefu_agent_queue_oldest_wait_seconds") < 90 + 60

@@ -146,11 +146,21 @@ def test_shopper_and_agent_talk_live_then_the_bot_answers_again(live_kefu, brows
     )
     expect(agent.locator("#log .msg--bot").last.locator(".msg__body")).to_have_text(answer, timeout=20000)
 
+    # The agent closes it: the widget asks the shopper how satisfied they are, and a click is stored.
+    agent.click("#btn-close")
+    csat = shopper.locator("kefu-chat >> .kefu-csat")
+    expect(csat).to_contain_text("How satisfied are you with the help you got?", timeout=20000)
+    expect(csat.locator("button")).to_have_count(5)
+    csat.locator("button[aria-label='4: Satisfied']").click()
+    expect(csat).to_have_text("Thank you for telling us!", timeout=20000)
+    assert {"type": "csat.saved", "score": 4} in shopper_frames
+
     statuses = [f for f in shopper_frames if f["type"] == "status"]
     assert statuses == [
         status_frame("waiting_agent", online=1, position=1),
         status_frame("agent", agent="Alice", online=1),
         status_frame("bot", online=1),
+        status_frame("closed", online=1),
     ]
     assert errors == []
 

@@ -4,7 +4,7 @@ from django.urls import path
 
 from chat import views
 from ops import views as ops_views
-from routing import gateway_views
+from routing import canary_views, gateway_views
 
 urlpatterns = [
     path("", views.storefront, name="storefront"),
@@ -21,5 +21,10 @@ urlpatterns = [
     # Ops (docs/ops.md): staff with the routing.view_costs permission; /metrics for Prometheus.
     path("ops/", ops_views.dashboard, name="ops"),
     path("ops/api/summary", ops_views.summary_api, name="ops-summary"),
+    # Canary rollout (docs/routing.md): Ops shows candidate and current side by side (read-only);
+    # the decisions are the router's own (routing/canary_views.py), like the gateway.
+    path("ops/canary/", ops_views.canary_page, name="ops-canary"),
+    path("ops/api/canary", ops_views.canary_api, name="ops-canary-api"),
+    path("ops/canary/<str:tier>/<str:action>", canary_views.decide, name="canary-decide"),
     path("metrics", ops_views.metrics, name="metrics"),
 ]

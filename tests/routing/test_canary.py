@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.contrib.auth.models import Permission, User
 
 from chat.models import Conversation
 from routing import canary, ledger
@@ -293,6 +294,29 @@ async def test_a_candidate_on_trial_is_not_cached_a_promoted_one_is(faq, remote,
 
 
 # --- Staff's word ------------------------------------------------------------------------------------
+
+
+def staff() -> User:
+    user = User.objects.create_user("ops", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_costs"))
+    return user
+
+
+async def test_a_rollback_from_the_page_takes_effect_at_once(faq, remote, candidate, async_client) -> None:
+    cid = uuid.uuid4()
+    await conversations([cid])
+    _, before = await answer(cid)
+    assert before.model == "fake-candidate"
+    user = await database_sync_to_async(staff)()
+    await async_client.aforce_login(user)
+    response = await async_client.post("/ops/canary/simple/rollback", {"reason": "answers too long"})
+    assert response.status_code == 303 and response["Location"] == "/ops/canary/"
+    # The very next answer in the same conversation: the tier's own model.
+    _, after = await answer(cid)
+    assert after.model == "fake-simple" and after.variant == "current"
+    assert len(candidate.requests) == 1 and len(remote.requests) == 1
+    rows = await database_sync_to_async(list)(TierOverride.objects.values_list("tier", "state", "by", "reason"))
+    assert rows == [("simple", "rolled_back", "ops", "answers too long")]
 
 
 async def test_promote_gives_every_conversation_the_candidate_until_the_environment_changes(

@@ -114,7 +114,8 @@ class MessageState(models.TextChoices):
 class Message(models.Model):
     """A stored message. ``seq`` orders messages within a conversation (1, 2, 3...).
 
-    Bot messages also record how they were answered: ``route``, ``model``, token counts
+    Bot messages also record how they were answered: ``route``, ``model`` (and ``variant``: the
+    tier's own model or its canary candidate), token counts
     (``prompt_tokens``/``completion_tokens``, from the API's usage or estimated), ``cost_usd``
     and ``saved_usd`` (USD, 6 decimals), ``ttft_ms`` (time to first token) and ``latency_ms``
     (time to the end of the answer), both measured from the shopper's message being stored.
@@ -128,6 +129,10 @@ class Message(models.Model):
     state = models.CharField(max_length=10, choices=MessageState.choices, default=MessageState.DONE)
     route = models.CharField(max_length=16, choices=Route.choices, blank=True)
     model = models.CharField(max_length=100, blank=True)
+    # Which deployment of its tier gave a remote answer: "current" (the tier's own model) or
+    # "candidate" (the tier's canary candidate, routing.canary); "" for answers no model gave.
+    # Ops compares the two (ratings, cuts, handoffs) per answer.
+    variant = models.CharField(max_length=10, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)

@@ -474,9 +474,37 @@ KEFU_TIERS = {
         "dedicated": any(
             env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")
         ),
+        # Canary rollout (routing/canary.py, docs/routing.md): a candidate model that answers
+        # `share` (0-1; 0 = off) of the tier's conversations, chosen by a hash of the conversation.
+        # Empty or None: the tier's own value, read at the time of the call (routing.tiers.deployment).
+        "canary": {
+            "model": env.str(f"KEFU_{tier.upper()}_CANARY_MODEL", default=""),
+            "base_url": env.str(f"KEFU_{tier.upper()}_CANARY_BASE_URL", default=""),
+            "api_key": env.str(f"KEFU_{tier.upper()}_CANARY_API_KEY", default=""),
+            "price_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_CANARY_PRICE_INPUT", default=None),
+            "price_cached_input_per_mtok": _env(
+                "float", f"KEFU_{tier.upper()}_CANARY_PRICE_CACHED_INPUT", default=None
+            ),
+            "price_output_per_mtok": _env("float", f"KEFU_{tier.upper()}_CANARY_PRICE_OUTPUT", default=None),
+            "share": _env("float", f"KEFU_{tier.upper()}_CANARY_SHARE", default=0.0),
+        },
     }
     for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
 }
+for _tier, _cfg in KEFU_TIERS.items():
+    if not 0.0 <= _cfg["canary"]["share"] <= 1.0:
+        raise ImproperlyConfigured(
+            f"KEFU_{_tier.upper()}_CANARY_SHARE={_cfg['canary']['share']} must be from 0 to 1 (a share of conversations)"
+        )
+# The canary's automatic rollback (routing/canary.py): once at least KEFU_CANARY_MIN_CALLS calls of
+# a tier's candidate were judged (answered, or failed the way that counts towards its circuit
+# breaker) within the last KEFU_CANARY_WINDOW_S seconds (and since staff last decided), a share of
+# failures above KEFU_CANARY_MAX_ERROR_RATE rolls it back. Each process re-reads the canary's
+# state (staff's promote / roll back) at most every KEFU_CANARY_REFRESH_S seconds.
+KEFU_CANARY_MAX_ERROR_RATE = _env("float", "KEFU_CANARY_MAX_ERROR_RATE", default=0.2)
+KEFU_CANARY_MIN_CALLS = _env("int", "KEFU_CANARY_MIN_CALLS", default=20)
+KEFU_CANARY_WINDOW_S = _env("float", "KEFU_CANARY_WINDOW_S", default=900.0)
+KEFU_CANARY_REFRESH_S = _env("float", "KEFU_CANARY_REFRESH_S", default=2.0)
 # Tier classifier (routing/classifier.py, docs/routing.md): keyword rules file (handoff or a tier),
 # the learned model's confidence below which the more expensive of its top two tiers answers
 # (bench/tier_eval.py chose it), and a switch (off: `simple` answers, fallbacks as before).

@@ -29,12 +29,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from chat.models import Conversation, ConversationStatus, Message, Role
 from chat.outcomes import outcomes_summary
-from routing.models import BudgetCounter, UpstreamCall
+from routing.breaker import BREAKER_FAILURES
+from routing.models import BudgetCounter, Outcome, Purpose, UpstreamCall, Variant
 
 #: Newest answers per route read for the percentiles (bounds the work of one summary).
 MAX_SAMPLES = 20_000
@@ -261,3 +262,106 @@ def totals() -> dict[str, Any]:
         "waiting": waiting,
         "with_agent": with_agent,
     }
+
+
+def _rate(count: int, of: int) -> dict[str, Any]:
+    return {"count": count, "of": of, "rate": count / of if of else None}
+
+
+def canary_variant(*, tier: str, variant: str, start: datetime, end: datetime) -> dict[str, Any]:
+    """One deployment of ``tier`` (``current`` or ``candidate``) over (start, end]; see
+    :func:`canary_summary`."""
+    answers = Message.objects.filter(
+        role=Role.BOT,
+        route=f"llm.{tier}",
+        variant=variant,
+        superseded=False,
+        created_at__gt=start,
+        created_at__lte=end,
+    )
+    n = answers.count()
+    ttfts = [
+        float(v)
+        for v in answers.filter(ttft_ms__isnull=False).order_by("-id").values_list("ttft_ms", flat=True)[:MAX_SAMPLES]
+        if v is not None
+    ]
+    following = Message.objects.filter(conversation=OuterRef("conversation"), role=Role.BOT, seq__gt=OuterRef("seq"))
+    counts = answers.aggregate(
+        down=Count("id", filter=Q(rating="down")),
+        rated=Count("id", filter=~Q(rating="")),
+        cut=Count("id", filter=Q(cut=True)),
+    )
+    handoffs = (
+        answers.annotate(next_route=Subquery(following.order_by("seq").values("route")[:1]))
+        .filter(next_route="handoff")
+        .count()
+    )
+    calls = UpstreamCall.objects.filter(
+        tier=tier,
+        variant=variant,
+        purpose__in=(Purpose.ANSWER, Purpose.TOOL),
+        created_at__gt=start,
+        created_at__lte=end,
+    ).aggregate(
+        usd=Sum("cost_usd"),
+        ok=Count("id", filter=Q(outcome=Outcome.OK)),
+        failed=Count("id", filter=Q(error_code__in=BREAKER_FAILURES)),
+    )
+    cost = calls["usd"] or Decimal("0")
+    judged = (calls["ok"] or 0) + (calls["failed"] or 0)
+    return {
+        "answers": n,
+        "ttft_ms": {"p50": _ms(percentile(ttfts, 50)), "p95": _ms(percentile(ttfts, 95)), "count": len(ttfts)},
+        "cost_usd": _usd(cost),
+        "cost_per_answer_usd": _usd(cost / n) if n else None,
+        "thumbs_down": {**_rate(counts["down"], n), "rated": counts["rated"]},
+        "handoff": _rate(handoffs, n),
+        "cut": _rate(counts["cut"], n),
+        "errors": _rate(calls["failed"] or 0, judged),
+    }
+
+
+def canary_summary(
+    *, standings: list[dict[str, Any]], hours: float = 24, now: datetime | None = None
+) -> dict[str, Any]:
+    """Each tier's canary candidate beside the tier's own model over the last ``hours``::
+
+        {"window": {"from", "to", "hours"},
+         "tiers": [{...its standing (routing.services.canary_standings: the models' names, the
+                    state, the shares, the last decision)...,
+                    "figures": {"current": {...}, "candidate": {...}}}]}
+
+    with, per deployment, over its remote answers (bot messages of route ``llm.<tier>`` it gave,
+    ``chat.Message.variant``; answers dropped for a burst left out) and its ledger rows for
+    shoppers' answers (purposes ``answer`` and ``tool``)::
+
+        {"answers", "ttft_ms": {"p50", "p95", "count"}, "cost_usd", "cost_per_answer_usd",
+         "thumbs_down": {"count", "of", "rate", "rated"}, "handoff": {"count", "of", "rate"},
+         "cut": {"count", "of", "rate"}, "errors": {"count", "of", "rate"}}
+
+    ``ttft_ms``: the answers' time to first token as the shopper saw it; ``cost_usd``: its ledger
+    rows' USD (retries, failed attempts and tool rounds included) and per answer; ``thumbs_down``:
+    answers rated down (``rated``: rated at all); ``handoff``: answers whose conversation's next
+    bot answer was a handoff (the shopper asked for a person after it, or a rule sent them);
+    ``cut``: answers that stopped before their end; ``errors``: failures over calls as the circuit
+    breaker counts them (``ok`` succeeds; ``server``, ``connection``, ``timeout``, ``malformed``,
+    ``auth`` fail; the automatic rollback reads the same). ``standings``: the tiers with a
+    candidate, from the router. Rates are fractions (None over 0). Raises ``ValueError`` for a
+    window out of range."""
+    if not (0 < hours <= MAX_HOURS):
+        raise ValueError(f"hours must be in (0, {MAX_HOURS}], got {hours}")
+    end = now or timezone.now()
+    start = end - timedelta(hours=hours)
+    tiers = []
+    for standing in standings:
+        tier = str(standing["tier"])
+        tiers.append(
+            {
+                **standing,
+                "figures": {
+                    variant: canary_variant(tier=tier, variant=variant, start=start, end=end)
+                    for variant in (Variant.CURRENT.value, Variant.CANDIDATE.value)
+                },
+            }
+        )
+    return {"window": {"from": start.isoformat(), "to": end.isoformat(), "hours": hours}, "tiers": tiers}

@@ -105,6 +105,73 @@ def dashboard(request: HttpRequest, hours: float) -> HttpResponse:
     return response
 
 
+@_ops_only(api=True)
+def canary_api(request: HttpRequest, hours: float) -> HttpResponse:
+    """``GET /ops/api/canary?hours=24``: :func:`ops.selectors.canary_summary` as JSON."""
+    return JsonResponse(ops.canary_summary(standings=router.canary_standings(), hours=hours))
+
+
+@_ops_only(api=False)
+def canary_page(request: HttpRequest, hours: float) -> HttpResponse:
+    """``GET /ops/canary/?hours=24``: each tier's candidate beside its own model, with the forms
+    that promote, roll back or resume it. The forms post to the router's own view
+    (``routing.canary_views``): this page only reads. ``static/kefu/ops.js`` asks for a
+    confirmation before a form is sent (no inline script: the CSP allows none)."""
+    data = ops.canary_summary(standings=router.canary_standings(), hours=hours)
+    rows = (
+        ("answers", "Answers"),
+        ("ttft_p50", "Time to first token p50 (ms)"),
+        ("ttft_p95", "Time to first token p95 (ms)"),
+        ("cost_per_answer", "Cost per answer (USD)"),
+        ("thumbs_down", "Thumbs down"),
+        ("handoff", "Handed to a person next"),
+        ("cut", "Cut"),
+        ("errors", "Upstream errors (as the breaker counts)"),
+    )
+    tiers = []
+    for t in data["tiers"]:
+        cells = {variant: _canary_cells(figures) for variant, figures in t["figures"].items()}
+        tiers.append(
+            {
+                **t,
+                "rows": [(label, cells["current"][key], cells["candidate"][key]) for key, label in rows],
+                "share_pct": f"{t['share'] * 100:g}",
+                "env_share_pct": f"{t['env_share'] * 100:g}",
+            }
+        )
+    response = render(
+        request,
+        "ops_canary.html",
+        {"tiers": tiers, "window": data["window"], "hours": hours, "hours_q": f"{hours:g}", "windows": WINDOWS},
+    )
+    response["Content-Security-Policy"] = OPS_CSP
+    return response
+
+
+def _canary_cells(f: dict[str, Any]) -> dict[str, str]:
+    """One deployment's figures as the page's cells: each with its count."""
+
+    def ms(v: float | None) -> str:
+        return "—" if v is None else f"{v:g}"
+
+    def rate(r: dict[str, Any]) -> str:
+        pct = "—" if r["rate"] is None else f"{r['rate'] * 100:.1f}%"
+        return f"{pct} ({r['count']} of {r['of']})"
+
+    n_ttft = f["ttft_ms"]["count"]
+    return {
+        "answers": str(f["answers"]),
+        "ttft_p50": f"{ms(f['ttft_ms']['p50'])} (of {n_ttft})",
+        "ttft_p95": f"{ms(f['ttft_ms']['p95'])} (of {n_ttft})",
+        "cost_per_answer": ("—" if f["cost_per_answer_usd"] is None else f"{f['cost_per_answer_usd']:.6f}")
+        + f" ({f['cost_usd']:.6f} over {f['answers']})",
+        "thumbs_down": rate(f["thumbs_down"]) + f", {f['thumbs_down']['rated']} rated",
+        "handoff": rate(f["handoff"]),
+        "cut": rate(f["cut"]),
+        "errors": rate(f["errors"]),
+    }
+
+
 def metrics(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: Prometheus text format (``prometheus_client``), from the database so every
     worker process reports the same totals: ``kefu_answers_total{route}``,

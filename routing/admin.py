@@ -7,7 +7,7 @@ from django.http import HttpRequest
 from . import budgets
 from .faq_import import faq_entry_changed
 from .gateway import hash_key, new_key
-from .models import ApiKey, BudgetCounter, FaqEntry, UpstreamCall
+from .models import ApiKey, BudgetCounter, FaqEntry, TierOverride, UpstreamCall
 from .registry import faq_changed
 
 
@@ -107,6 +107,7 @@ class UpstreamCallAdmin(admin.ModelAdmin):
         "created_at",
         "purpose",
         "tier",
+        "variant",
         "model",
         "attempt",
         "outcome",
@@ -123,7 +124,7 @@ class UpstreamCallAdmin(admin.ModelAdmin):
         "message_id",
         "api_key",
     )
-    list_filter = ("purpose", "outcome", "tier", "estimated", "error_code")
+    list_filter = ("purpose", "outcome", "tier", "variant", "estimated", "error_code")
     list_select_related = ("api_key",)
     date_hierarchy = "created_at"
     search_fields = ("model", "=conversation__id")
@@ -132,4 +133,24 @@ class UpstreamCallAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(TierOverride)
+class TierOverrideAdmin(admin.ModelAdmin):
+    """Canary decisions (``routing.canary``), the audit trail: who promoted, rolled back or resumed
+    which tier's candidate, when and why (``auto``: the automatic rollback). Read-only: decisions
+    are made on ``/ops/canary/``, and the newest row of a tier is the one in force."""
+
+    list_display = ("created_at", "tier", "candidate_model", "state", "by", "reason")
+    list_filter = ("tier", "state", "by")
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -31,9 +31,15 @@ from django.conf import settings
 
 from .providers.ratelimits import UpstreamKey
 
-__all__ = ["BreakerState", "CircuitBreaker", "breaker_for", "reset_breakers"]
+__all__ = ["BREAKER_FAILURES", "BreakerState", "CircuitBreaker", "breaker_for", "reset_breakers"]
 
 BreakerState = Literal["closed", "open", "half_open"]
+
+# Failures (``ProviderError.code``) that say the deployment is unwell and count towards opening its
+# breaker (routing.resilience gives the verdicts; routing.canary counts a candidate's the same way).
+# Not `rate_limited` (the rate-limit headers and `retry-after` handle that, for exactly as long as
+# the upstream asks) nor `bad_request` (this request's fault, not the upstream's).
+BREAKER_FAILURES = frozenset({"server", "connection", "timeout", "malformed", "auth"})
 
 
 class CircuitBreaker:

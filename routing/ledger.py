@@ -1,5 +1,7 @@
 """Prices, costs and the cost ledger. Money is ``Decimal`` USD; prices are USD per million tokens,
-per tier, from ``settings.KEFU_TIERS`` (defaults: the providers' list prices, see config/settings.py).
+per tier, from ``settings.KEFU_TIERS`` (defaults: the providers' list prices, see config/settings.py),
+and per tier's canary candidate (``KEFU_<TIER>_CANARY_PRICE_*``, default the tier's;
+``routing.tiers.deployment``).
 
 The ledger (``routing.models.UpstreamCall``) gets one row per attempt to call a remote tier,
 written by ``record_attempt`` from ``routing.resilience``. Writing never holds up an answer: the
@@ -22,10 +24,11 @@ from django.utils import timezone
 
 from lib.tokens import count_tokens
 
-from . import budgets
+from . import budgets, canary
+from .breaker import BREAKER_FAILURES
 from .models import UpstreamCall
 from .providers.base import ChatRequest, StreamDone, Usage
-from .tiers import tier_model
+from .tiers import CANDIDATE, CURRENT, deployment, tier_model
 from .tokens import PromptCounter, text_tokens
 from .types import AnswerRecord, CallContext, Decision
 
@@ -35,10 +38,13 @@ MTOK = Decimal(1_000_000)
 USD_PLACES = Decimal("0.000001")
 
 
-def cost_usd(*, tier: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> Decimal:
+def cost_usd(
+    *, tier: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0, variant: str = CURRENT
+) -> Decimal:
     """Cost of one call in USD (6 decimals): uncached input x input price + cached input x cached
-    price + output x output price, each price per million tokens. Raises ``KeyError`` for an unknown tier."""
-    t = settings.KEFU_TIERS[tier]
+    price + output x output price, each price per million tokens, at the prices of ``tier``'s
+    ``variant`` (its own model's, or its candidate's). Raises ``KeyError`` for an unknown tier."""
+    t = deployment(tier, variant)
     uncached = max(0, prompt_tokens - cached_prompt_tokens)
     total = (
         Decimal(uncached) * Decimal(str(t["price_input_per_mtok"]))
@@ -48,14 +54,14 @@ def cost_usd(*, tier: str, prompt_tokens: int, completion_tokens: int, cached_pr
     return total.quantize(USD_PLACES, rounding=ROUND_HALF_UP)
 
 
-def max_cost_usd(tier: str, request: ChatRequest) -> Decimal:
-    """The most a call of ``tier`` with ``request`` can cost, USD (what a spend budget holds
+def max_cost_usd(tier: str, request: ChatRequest, variant: str = CURRENT) -> Decimal:
+    """The most a call of ``tier`` (its ``variant``) with ``request`` can cost, USD (what a spend budget holds
     before it starts, ``routing.budgets.reserve``): :func:`cost_usd` of its prompt, uncached
     (counted with the tier model's tokenizer, or estimated at ceil(UTF-8 bytes / 3) while it
     loads: ``routing.tokens.PromptCounter``), and of ``max_tokens`` completion tokens
     (``KEFU_LLM_MAX_TOKENS`` when the request sets none). Safe on the event loop.
     Raises ``KeyError`` for an unknown tier."""
-    counter = PromptCounter(tier_model(tier))
+    counter = PromptCounter(tier_model(tier, variant))
     prompt = counter.priming
     for m in request.messages:
         content = m.get("content")
@@ -63,7 +69,7 @@ def max_cost_usd(tier: str, request: ChatRequest) -> Decimal:
             content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         prompt += counter.message(str(m.get("role", "")), str(content or ""))
     completion = request.max_tokens or settings.KEFU_LLM_MAX_TOKENS
-    return cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)
+    return cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion, variant=variant)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,8 @@ class Attempt:
     reservation made on the spend budgets before the call (``routing.budgets``), replaced by the
     row's cost once it is written.
     ``ttft_ms`` / ``latency_ms``: from the attempt's start to its first text / its end.
+    ``variant``: the tier's own model (``current``) or its canary candidate (``candidate``),
+    whose prices the row is priced at.
     """
 
     context: CallContext
@@ -85,6 +93,7 @@ class Attempt:
     model: str
     attempt: int
     outcome: str  # routing.models.Outcome value
+    variant: str = CURRENT
     usage: Usage | None = None
     ttft_ms: float | None = None
     latency_ms: float = 0.0
@@ -149,6 +158,7 @@ def _insert(attempt: Attempt, usage: Usage) -> Decimal:
         api_key_id=ctx.api_key_id,
         purpose=ctx.purpose,
         tier=attempt.tier,
+        variant=attempt.variant,
         model=attempt.model[:100],
         attempt=attempt.attempt,
         prompt_tokens=usage.prompt_tokens,
@@ -159,6 +169,7 @@ def _insert(attempt: Attempt, usage: Usage) -> Decimal:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             cached_prompt_tokens=usage.cached_prompt_tokens,
+            variant=attempt.variant,
         ),
         ttft_ms=attempt.ttft_ms,
         latency_ms=attempt.latency_ms,
@@ -189,6 +200,13 @@ async def _write(attempt: Attempt, after: asyncio.Task[None] | None) -> None:
             await database_sync_to_async(budgets.settle)(attempt.hold, cost)
         except Exception:  # its hold expires and counts at the call's maximum
             log.exception("settling the spend budgets of a %s call failed", attempt.tier)
+    if attempt.variant == CANDIDATE and attempt.error_code in BREAKER_FAILURES:
+        # A canary candidate failed: past its error threshold it is rolled back (routing.canary),
+        # counted from the ledger, so every process's calls count.
+        try:
+            await database_sync_to_async(canary.check_errors)(attempt.tier)
+        except Exception:  # the guard's edge: the next failure checks again
+            log.exception("checking the %s canary's error rate failed", attempt.tier)
 
 
 #: Tokens of a typical first-turn grounded prompt (system prompt, 3 FAQ entries, a one-line
@@ -277,7 +295,7 @@ def answer_record(
         if usage is None:
             # The stream broke before its usage chunk: the call may still be billed, so count
             # what was sent and received (tiktoken-compatible encodings) and mark it estimated.
-            model = tier_model(decision.tier)
+            model = tier_model(decision.tier, decision.variant)
             usage = Usage(
                 prompt_tokens=count_tokens(decision.request.messages if decision.request else [], model),
                 completion_tokens=count_tokens(text, model) if text else 0,
@@ -287,7 +305,7 @@ def answer_record(
         return AnswerRecord(
             text=text,
             route=route,
-            model=(done.model if done else "") or tier_model(decision.tier),
+            model=(done.model if done else "") or tier_model(decision.tier, decision.variant),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion,
             cost_usd=cost_usd(
@@ -295,7 +313,9 @@ def answer_record(
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion,
                 cached_prompt_tokens=cached,
+                variant=decision.variant,
             ),
+            variant=decision.variant,
             ttft_ms=ttft_ms,
             latency_ms=latency_ms,
             estimated=usage.estimated,

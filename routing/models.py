@@ -1,5 +1,6 @@
 """The store's FAQ (``FaqEntry``), the gateway's API keys (``ApiKey``), the cost ledger
-(``UpstreamCall``) and the spend budgets (``BudgetCounter``, ``BudgetHold``)."""
+(``UpstreamCall``), the spend budgets (``BudgetCounter``, ``BudgetHold``) and staff's word on
+the tiers' canary candidates (``TierOverride``)."""
 
 from __future__ import annotations
 
@@ -105,6 +106,13 @@ class Purpose(models.TextChoices):
     GATEWAY = "gateway", "Gateway (/v1/chat/completions)"
 
 
+class Variant(models.TextChoices):
+    """Which deployment of a tier answered or was called (routing.tiers, routing.canary)."""
+
+    CURRENT = "current", "The tier's own model"
+    CANDIDATE = "candidate", "The tier's canary candidate"
+
+
 class UpstreamCall(models.Model):
     """The cost ledger: one row per attempt to call a remote tier (``routing.resilience``).
 
@@ -114,7 +122,9 @@ class UpstreamCall(models.Model):
     a timeout). ``cost_usd`` is USD at the tier's list prices (``routing.ledger.cost_usd``).
     ``ttft_ms`` / ``latency_ms`` are from the attempt's request to its first text / its end.
     ``message`` is the shopper message being answered (chat), ``api_key`` the gateway key,
-    ``purpose`` what the call was for (``Purpose``).
+    ``purpose`` what the call was for (``Purpose``), ``variant`` which deployment of the tier was
+    called: its own model (``current``) or its canary candidate (``candidate``, priced at the
+    candidate's prices; routing.canary).
     """
 
     conversation = models.ForeignKey(
@@ -124,6 +134,7 @@ class UpstreamCall(models.Model):
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls")
     purpose = models.CharField(max_length=16, choices=Purpose.choices, default=Purpose.ANSWER, db_index=True)
     tier = models.CharField(max_length=16)
+    variant = models.CharField(max_length=10, choices=Variant.choices, default=Variant.CURRENT)
     model = models.CharField(max_length=100, blank=True)
     attempt = models.PositiveSmallIntegerField(
         default=1, help_text="1 for the first try of this tier, 2 for its retry..."
@@ -142,7 +153,15 @@ class UpstreamCall(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["tier", "created_at"], name="upstreamcall_tier_created")]
+        indexes = [
+            models.Index(fields=["tier", "created_at"], name="upstreamcall_tier_created"),
+            # The canary's error rate (routing.canary): the candidate's recent calls of a tier.
+            models.Index(
+                fields=["tier", "created_at"],
+                condition=models.Q(variant="candidate"),
+                name="upstreamcall_candidate_created",
+            ),
+        ]
         permissions = [("view_costs", "Can see costs, savings and latency (ops dashboard)")]
 
     def __str__(self) -> str:
@@ -187,3 +206,38 @@ class BudgetHold(models.Model):
     counter = models.ForeignKey(BudgetCounter, on_delete=models.CASCADE, related_name="holds")
     amount_usd = models.DecimalField(max_digits=12, decimal_places=6)
     expires_at = models.DateTimeField(db_index=True)
+
+
+class CanaryState(models.TextChoices):
+    """What staff (or the automatic rollback) decided about a tier's canary candidate."""
+
+    CANARY = "canary", "Canary: the environment's share of conversations"
+    PROMOTED = "promoted", "Promoted: every conversation of the tier"
+    ROLLED_BACK = "rolled_back", "Rolled back: no conversation"
+
+
+class TierOverride(models.Model):
+    """A decision about one tier's canary candidate (``routing.canary``): promote it, roll it back,
+    or resume the canary at the environment's share. Append-only: the newest row of a tier is in
+    force while it names the candidate the environment configures (``candidate_model``; a new
+    candidate starts from the environment again), and every row is the audit trail: who (``by``:
+    a username, or ``auto`` for the automatic rollback), when, and why (``reason``, with the
+    figures for an automatic one). With no row the environment decides."""
+
+    tier = models.CharField(max_length=16)
+    state = models.CharField(max_length=16, choices=CanaryState.choices)
+    candidate_model = models.CharField(max_length=100, help_text="The candidate this decision is about.")
+    by = models.CharField(max_length=150, help_text="A staff user's username, or 'auto' (the automatic rollback).")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "canary decision"
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tier", "-id"], name="tieroverride_tier_newest")]
+
+    def __str__(self) -> str:
+        return f"{self.tier} {self.candidate_model}: {self.state} by {self.by}"

@@ -26,6 +26,13 @@ once; the last tier waits when its gate opens before the first-token deadline):
 
 Fallbacks go only to tiers the budgets left open to the answer (``Decision.tiers_allowed``).
 
+A tier whose canary candidate takes this call (``routing.canary``: a shopper's answer in a
+conversation the canary's share gives it) is tried on its candidate first: one attempt, never
+retried (the tier's own model is the sure thing the shopper should not wait behind), then the
+tier's own model, then the next tier as usual. The candidate has its own breaker and rate-limit
+book (another upstream key), its own throttle slots and its own prices on its ledger rows
+(``variant`` ``candidate``).
+
 Every attempt, skipped ones included, becomes a row of the cost ledger (``routing.ledger``,
 ``UpstreamCall``) with its outcome: ``ok``, ``retried``, ``fell_back`` or ``failed``.
 
@@ -48,20 +55,17 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import breaker as breakers
-from . import budgets, ledger, throttle, upstream_blocks
+from . import budgets, canary, ledger, throttle, upstream_blocks
+from .breaker import BREAKER_FAILURES
 from .ledger import Attempt
 from .providers.base import ChatRequest, Provider, ProviderError, StreamDone, StreamItem, TextDelta
 from .providers.ratelimits import UpstreamKey
-from .tiers import TIER_ORDER, provider_for, tier_configured, tier_model
+from .tiers import CANDIDATE, CURRENT, TIER_ORDER, deployment, provider_for, tier_configured, tier_model
 from .types import CallContext, Decision
 
 log = logging.getLogger(__name__)
 
 RETRYABLE = {"rate_limited", "server", "connection", "timeout", "malformed"}
-# Failures that say the deployment is unwell and count towards opening its breaker. Not
-# `rate_limited` (the rate-limit headers and `retry-after` handle that, for exactly as long as the
-# upstream asks) nor `bad_request` (this request's fault, not the upstream's).
-BREAKER_FAILURES = {"server", "connection", "timeout", "malformed", "auth"}
 
 
 def backoff_s(attempt: int, *, base_s: float, cap_s: float, retry_after_s: float | None) -> float:
@@ -80,20 +84,39 @@ def fallback_tiers(tier: str, allowed: tuple[str, ...] | None = None) -> list[st
     return [tier] + [t for t in order[start + 1 :] if tier_configured(t) and (allowed is None or t in allowed)]
 
 
-def upstream_key(tier: str, provider: Provider, model: str) -> UpstreamKey:
+async def deployments(
+    tiers: list[str], ctx: CallContext, *, answered_by: tuple[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """The (tier, variant) pairs to try in order for ``tiers``: each tier's canary candidate
+    first when the canary takes this call (``routing.canary.variant_async``), then its own model.
+    A store tool's round (purpose ``tool``) goes on where the answer's last round was answered
+    (``answered_by``, its tier and variant): a model that asked for a tool reads its result."""
+    steps: list[tuple[str, str]] = []
+    for tier in tiers:
+        if answered_by is not None and ctx.purpose == "tool" and tier == answered_by[0]:
+            candidate = answered_by[1] == CANDIDATE
+        else:
+            candidate = await canary.variant_async(tier, ctx) == CANDIDATE
+        if candidate:
+            steps.append((tier, CANDIDATE))
+        steps.append((tier, CURRENT))
+    return steps
+
+
+def upstream_key(tier: str, provider: Provider, model: str, variant: str = CURRENT) -> UpstreamKey:
     """The (base URL, API key, model) a tier's calls go to: the provider's own key when it has
     one (``OpenAIProvider.upstream_key``, the one its rate-limit headers are filed under), else
-    the tier's settings."""
+    the settings of the tier's ``variant``."""
     own = getattr(provider, "upstream_key", None)
     if callable(own):
         key: UpstreamKey = own(model)
         return key
-    cfg = settings.KEFU_TIERS[tier]
+    cfg = deployment(tier, variant)
     return (cfg.get("base_url") or "", cfg.get("api_key") or "", model)
 
 
 async def _gate(
-    tier: str, key: UpstreamKey, request: ChatRequest, ctx: CallContext
+    tier: str, key: UpstreamKey, request: ChatRequest, ctx: CallContext, variant: str = CURRENT
 ) -> tuple[str, float | None] | budgets.Hold | None:
     """Pass the four gates of the module docstring. A ``Hold`` or None: the caller may call, holds
     one ``throttle`` slot (release it), possibly the breaker's half-open trial (give a verdict or
@@ -105,15 +128,17 @@ async def _gate(
     breaker = breakers.breaker_for(key)
     if not breaker.allow():
         return "circuit_open", breaker.retry_in_s()
-    refusal = await throttle.admit(tier, tokens=throttle.estimate_tokens(request.messages, request.max_tokens))
+    refusal = await throttle.admit(
+        tier, tokens=throttle.estimate_tokens(request.messages, request.max_tokens), variant=variant
+    )
     if refusal is not None:
         breaker.release()
         return refusal.reason, refusal.retry_in_s
     try:
-        return await budgets.reserve_async(ctx.payer, tier, ledger.max_cost_usd(tier, request))
+        return await budgets.reserve_async(ctx.payer, tier, ledger.max_cost_usd(tier, request, variant))
     except budgets.BudgetRefused as e:
         log.info("tier %s not called: %s", tier, e)
-        throttle.release(tier)
+        throttle.release(tier, variant)
         breaker.release()
         return "budget", None
     except Exception:
@@ -129,8 +154,8 @@ async def stream_with_fallback(
     """Stream ``decision.request``; gates, retries and tier fallback as in the module docstring.
 
     ``context`` (conversation, shopper message, gateway key) is stored on the ledger rows.
-    Updates ``decision.tier``, ``decision.route`` and ``decision.request.model`` to the tier that
-    answered (or was tried last).
+    Updates ``decision.tier``, ``decision.variant``, ``decision.route``, ``decision.provider`` and
+    ``decision.request.model`` to the tier (and deployment) that answered (or was tried last).
     Raises the last ``ProviderError`` when every attempt failed or was skipped, or a
     ``ProviderError`` with ``after_first_token=True`` when a stream broke after sending text.
     """
@@ -140,25 +165,35 @@ async def stream_with_fallback(
     deadline = time.monotonic() + settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S
     last: ProviderError | None = None
     writing: asyncio.Task[None] | None = None  # the previous ledger row's write (None: none, or lost)
-    tiers = fallback_tiers(decision.tier, decision.tiers_allowed)
+    opened = (decision.tier, decision.variant)  # what decision.provider was made for
+    steps = await deployments(fallback_tiers(decision.tier, decision.tiers_allowed), ctx, answered_by=opened)
     # What a permanent failure ruled out for this message: (base URL, API key) after credentials
     # were refused, (base URL, API key, model) after the request itself was.
     refused: set[tuple[str, ...]] = set()
     stop = False  # a failure no other tier can mend, or no time left: try nothing more
-    for index, tier in enumerate(tiers):
+    for index, (tier, variant) in enumerate(steps):
         if stop:
             break
-        has_next = index < len(tiers) - 1
-        base_request = replace(decision.request, model=tier_model(tier))
-        provider = decision.provider if tier == decision.tier and decision.provider is not None else provider_for(tier)
-        key = upstream_key(tier, provider, base_request.model)
-        for attempt in range(retries + 1):
+        has_next = index < len(steps) - 1
+        base_request = replace(decision.request, model=tier_model(tier, variant))
+        provider = (
+            decision.provider
+            if (tier, variant) == opened and decision.provider is not None
+            else provider_for(tier, variant)
+        )
+        key = upstream_key(tier, provider, base_request.model, variant)
+        # A candidate gets one attempt: its tier's own model follows at once.
+        tries = retries + 1 if variant == CURRENT else 1
+        for attempt in range(tries):
             # The message's first-token budget holds across retries and tiers: this attempt gets
-            # an equal share of what is left among the tiers still to try (or the tier's own
+            # an equal share of what is left among the deployments still to try (or the tier's own
             # first-token timeout when shorter), so an upstream that hangs leaves time to the next.
             left_s = deadline - time.monotonic()
-            request = replace(base_request, first_token_within_s=left_s / (len(tiers) - index))
+            request = replace(base_request, first_token_within_s=left_s / (len(steps) - index))
             decision.tier, decision.route, decision.request = tier, f"llm.{tier}", request
+            # The provider goes with them: a later round of the same answer (a store tool's
+            # result) starts where this one answered, on that deployment's own upstream.
+            decision.variant, decision.provider = variant, provider
 
             started_at = timezone.now()
             hold: budgets.Hold | None = None
@@ -168,6 +203,7 @@ async def stream_with_fallback(
                 outcome: str,
                 *,
                 _tier: str = tier,
+                _variant: str = variant,
                 _attempt: int = attempt,
                 _started_at: datetime = started_at,
                 _model: str = request.model,
@@ -183,6 +219,7 @@ async def stream_with_fallback(
                     Attempt(
                         context=ctx,
                         tier=_tier,
+                        variant=_variant,
                         attempt=_attempt + 1,
                         outcome=outcome,
                         started_at=_started_at,
@@ -203,7 +240,7 @@ async def stream_with_fallback(
                 row("fell_back" if has_next else "failed", error_code=last.code if last else "refused")
                 break
 
-            skip = await _gate(tier, key, request, ctx)
+            skip = await _gate(tier, key, request, ctx, variant)
             while (
                 isinstance(skip, tuple)
                 and not has_next
@@ -211,10 +248,10 @@ async def stream_with_fallback(
                 and time.monotonic() + skip[1] < deadline
             ):
                 await asyncio.sleep(skip[1])  # the last tier: its gate opens before the deadline
-                skip = await _gate(tier, key, request, ctx)
+                skip = await _gate(tier, key, request, ctx, variant)
             if isinstance(skip, tuple):
                 reason = skip[0]
-                log.warning("tier %s skipped: %s", tier, reason)
+                log.warning("tier %s (%s) skipped: %s", tier, variant, reason)
                 last = ProviderError(
                     f"tier {tier} skipped: {reason}",
                     permanent=False,
@@ -260,7 +297,9 @@ async def stream_with_fallback(
                     )
                     raise
                 last = e
-                log.warning("tier %s failed before its first token (%s, attempt %d)", tier, e.code, attempt + 1)
+                log.warning(
+                    "tier %s (%s) failed before its first token (%s, attempt %d)", tier, variant, e.code, attempt + 1
+                )
                 wait: float | None = None
                 if (
                     e.code == "rate_limited"
@@ -275,7 +314,7 @@ async def stream_with_fallback(
                     await upstream_blocks.block(key, e.retry_after_s)
                 elif e.code == "timeout" and has_next:
                     pass  # a tier too slow to start: the next tier now beats a second wait here
-                elif not e.permanent and e.code in RETRYABLE and attempt < retries:
+                elif not e.permanent and e.code in RETRYABLE and attempt < tries - 1:
                     wait = backoff_s(
                         attempt,
                         base_s=settings.KEFU_LLM_RETRY_BASE_S,
@@ -320,7 +359,7 @@ async def stream_with_fallback(
                     )
                 raise
             finally:
-                throttle.release(tier)
+                throttle.release(tier, variant)
                 if not verdict:
                     breaker.release()
             breaker.record_success()

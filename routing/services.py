@@ -28,7 +28,21 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 
-from . import answers, classify, injection, ledger, privacy, prompt, singleflight, strategy, tasks, tiers, tools, warmup
+from . import (
+    answers,
+    canary,
+    classify,
+    injection,
+    ledger,
+    privacy,
+    prompt,
+    singleflight,
+    strategy,
+    tasks,
+    tiers,
+    tools,
+    warmup,
+)
 from . import summary as summaries
 from .complete import complete_decision
 from .providers.base import ProviderError, StreamDone, StreamItem, TextDelta
@@ -45,6 +59,7 @@ __all__ = [
     "answer_prepare",
     "cached_answer_mark_wrong",
     "cached_answer_marks",
+    "canary_standings",
     "person_request_words",
     "reply_suggest",
     "router_keep_upstreams_warm",
@@ -294,9 +309,20 @@ async def answer_open(*, question: Question, history: HistoryLoader) -> Answer:
     """Decide who answers ``question`` (``routing.strategy``: handoff keywords, FAQ, scope, then a
     cached or fresh remote answer, else a handoff) and open its answer; a remote answer's upstream
     request is sent at once. ``history`` is called only on the remote path. Never raises for
-    content; raises what ``history`` raises."""
+    content; raises what ``history`` raises. A remote answer in a conversation its tier's canary
+    takes goes to the tier's candidate model (``routing.canary``)."""
     decision = await strategy.decide(question=question, history=history)
+    await canary.assign(decision, conversation_id=question.conversation_id)
     return Answer(decision, question)
+
+
+def canary_standings() -> list[dict[str, object]]:
+    """Every tier with a canary candidate configured, cheapest first: ``{"tier", "current",
+    "candidate", "env_share", "state", "share", "decided_by", "decided_at", "reason"}`` (the
+    models' names; ``routing.canary``;
+    ``state`` ``canary``, ``promoted`` or ``rolled_back``; shares in [0, 1]). Blocking (at most
+    one query per tier, when this process's copy is stale)."""
+    return [s.as_dict() for tier in tiers.TIER_ORDER if (s := canary.status(tier)) is not None]
 
 
 async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader) -> Suggestion:

@@ -59,11 +59,14 @@ FlightKey = tuple[str, str, str]
 
 def flight_key(decision: Decision, question: str) -> FlightKey | None:
     """The key identical questions share, or None when ``decision`` may not take part (single
-    flight off, no cache scope, not a remote decision, or ``question`` is not cacheable)."""
+    flight off, no cache scope, not a remote decision, a canary candidate on trial, or
+    ``question`` is not cacheable)."""
     if not settings.KEFU_SINGLE_FLIGHT:
         return None
     if not decision.cache_scope or decision.tier is None or decision.request is None:
         return None
+    if decision.trial:
+        return None  # a canary candidate on trial answers its own conversations only (routing.canary)
     ok, _reason = may_cache_question(question)
     key = exact_key_text(question) if ok else ""
     return (decision.cache_scope, decision.tier, key) if key else None
@@ -175,7 +178,7 @@ class Subscription:
     def _follow(self) -> None:
         lead, own = self.flight.decision, self.decision
         if self.follower and lead.request is not None and own.request is not None:
-            own.tier, own.route = lead.tier, lead.route
+            own.tier, own.route, own.variant = lead.tier, lead.route, lead.variant
             own.request = replace(own.request, model=lead.request.model)
 
     async def aclose(self) -> None:

@@ -12,6 +12,9 @@ The exact count would need the tokenizer, whose first load takes seconds: not on
 
 ``admit`` never waits: a tier over a limit is refused at once with the seconds until it would
 have room, and the router decides (fall back, or wait when no other tier is left).
+
+A tier's canary candidate (routing.canary) is limited with the tier's numbers but counted apart
+(its own slots and windows): providers limit each model on its own.
 """
 
 from __future__ import annotations
@@ -66,19 +69,26 @@ def estimate_tokens(messages: list[dict[str, Any]], max_tokens: int | None) -> i
     return math.ceil(chars / 4) + (max_tokens or 0)
 
 
-async def admit(tier: str, *, tokens: int) -> Refusal | None:
-    """Take a slot of ``tier`` for one request of ``tokens`` estimated tokens, or say why not.
+def _lane(tier: str, variant: str) -> str:
+    """What a deployment's slots and windows are counted under: the tier, or ``<tier>:candidate``."""
+    return tier if variant == "current" else f"{tier}:{variant}"
 
-    On None (admitted) the caller holds one concurrency slot and must ``release(tier)`` when the
-    stream ends, whatever the outcome. On a ``Refusal`` nothing was taken.
+
+async def admit(tier: str, *, tokens: int, variant: str = "current") -> Refusal | None:
+    """Take a slot of ``tier`` (its own model, or its ``variant`` ``candidate``) for one request
+    of ``tokens`` estimated tokens, or say why not.
+
+    On None (admitted) the caller holds one concurrency slot and must ``release(tier, variant)``
+    when the stream ends, whatever the outcome. On a ``Refusal`` nothing was taken.
     """
     cfg = settings.KEFU_TIERS[tier]
     max_concurrency = int(cfg.get("max_concurrency") or 0)
     rpm, tpm = int(cfg.get("rpm") or 0), int(cfg.get("tpm") or 0)
+    lane = _lane(tier, variant)
     with _in_flight_lock:
-        if max_concurrency and _in_flight[tier] >= max_concurrency:
+        if max_concurrency and _in_flight[lane] >= max_concurrency:
             return Refusal("concurrency", None)
-        _in_flight[tier] += 1
+        _in_flight[lane] += 1
     try:
         if rpm or tpm:
             limiter = _limiters.get()
@@ -90,34 +100,35 @@ async def admit(tier: str, *, tokens: int) -> Refusal | None:
                 # A request larger than the whole budget could never pass: count it as the budget.
                 checks.append(("local_tpm", RateLimitItemPerMinute(tpm), "tokens", min(tokens, tpm)))
             for reason, item, budget, cost in checks:
-                if not await limiter.test(item, "tier", tier, budget, cost=cost):
-                    stats = await limiter.get_window_stats(item, "tier", tier, budget)
-                    release(tier)
+                if not await limiter.test(item, "tier", lane, budget, cost=cost):
+                    stats = await limiter.get_window_stats(item, "tier", lane, budget)
+                    release(tier, variant)
                     return Refusal(reason, max(0.0, stats.reset_time - time.time()))
             for _reason, item, budget, cost in checks:
-                await limiter.hit(item, "tier", tier, budget, cost=cost)
+                await limiter.hit(item, "tier", lane, budget, cost=cost)
     except RedisError as e:
         # Fails open: the shared budget's Redis is unreachable even after its retries. The
         # upstream's own 429s (and the breaker) still protect the account meanwhile.
         log.warning("tier %s rate budget unavailable (%r); request admitted", tier, e)
     except BaseException:
-        release(tier)
+        release(tier, variant)
         raise
     return None
 
 
-def release(tier: str) -> None:
+def release(tier: str, variant: str = "current") -> None:
     """Give back the concurrency slot taken by a successful ``admit``."""
+    lane = _lane(tier, variant)
     with _in_flight_lock:
-        _in_flight[tier] -= 1
-        if _in_flight[tier] <= 0:
-            del _in_flight[tier]
+        _in_flight[lane] -= 1
+        if _in_flight[lane] <= 0:
+            del _in_flight[lane]
 
 
-def in_flight(tier: str) -> int:
-    """Streams of ``tier`` running in this process now."""
+def in_flight(tier: str, variant: str = "current") -> int:
+    """Streams of ``tier`` (its ``variant``) running in this process now."""
     with _in_flight_lock:
-        return _in_flight[tier]
+        return _in_flight[_lane(tier, variant)]
 
 
 def reset() -> None:

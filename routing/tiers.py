@@ -3,6 +3,10 @@ that calls each.
 
 A tier is configured when it has an API key and a model (``settings.KEFU_TIERS``; a tier without
 its own base URL or key uses ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, config/settings.py).
+
+Each tier has one or two *deployments* (variants): ``current``, the tier's own model, and
+``candidate``, the canary model (``KEFU_<TIER>_CANARY_*``; routing.canary decides which
+conversations it answers). A candidate's base URL, key and prices default to its tier's.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -22,6 +26,32 @@ if TYPE_CHECKING:
 #: The tiers from cheapest to strongest; a fallback moves up this order.
 TIER_ORDER = ("simple", "medium", "complex")
 
+#: A tier's own model (``KEFU_<TIER>_MODEL``) and its canary candidate (``KEFU_<TIER>_CANARY_MODEL``).
+CURRENT = "current"
+CANDIDATE = "candidate"
+VARIANTS = (CURRENT, CANDIDATE)
+
+# What a candidate may set for itself; anything else (limits, timeouts, caps) is the tier's.
+_CANDIDATE_OWN = (
+    "model",
+    "base_url",
+    "api_key",
+    "price_input_per_mtok",
+    "price_cached_input_per_mtok",
+    "price_output_per_mtok",
+)
+
+
+def deployment(tier: str, variant: str = CURRENT) -> dict[str, Any]:
+    """The settings of one deployment of ``tier``: the tier's own (``KEFU_TIERS[tier]``), or for
+    ``candidate`` the same with the candidate's model, base URL, key and prices where it sets
+    them (unset: the tier's). Raises ``KeyError`` for an unknown tier."""
+    t: dict[str, Any] = settings.KEFU_TIERS[tier]
+    if variant == CURRENT:
+        return t
+    own = t.get("canary") or {}
+    return {**t, **{k: own[k] for k in _CANDIDATE_OWN if own.get(k) not in (None, "")}}
+
 
 def tier_configured(tier: str) -> bool:
     """Whether ``tier`` may be called: it has an API key and a model."""
@@ -29,16 +59,31 @@ def tier_configured(tier: str) -> bool:
     return bool(t.get("api_key") and t.get("model"))
 
 
-def tier_model(tier: str) -> str:
-    """The model name ``tier`` calls (``KEFU_<TIER>_MODEL``). Raises ``KeyError`` for an unknown tier."""
-    return str(settings.KEFU_TIERS[tier]["model"])
+def candidate_configured(tier: str) -> bool:
+    """Whether ``tier`` has a canary candidate that may be called: the tier is configured and
+    ``KEFU_<TIER>_CANARY_MODEL`` is set (its key and base URL default to the tier's)."""
+    if tier not in settings.KEFU_TIERS or not tier_configured(tier):
+        return False
+    return bool((settings.KEFU_TIERS[tier].get("canary") or {}).get("model"))
 
 
-def provider_for(tier: str) -> Provider:
-    """The provider that streams ``tier``'s answers, with the tier's base URL, key and timeouts
-    (a tier's own ``KEFU_<TIER>_*_TIMEOUT_S``, else ``KEFU_LLM_*_TIMEOUT_S``, in seconds).
-    Raises ``KeyError`` for an unknown tier."""
-    return _openai_provider(tier)
+def candidate_share(tier: str) -> float:
+    """``KEFU_<TIER>_CANARY_SHARE``: the share of ``tier``'s conversations the environment gives
+    its candidate (0 to 1; staff may override it, routing.canary)."""
+    return float((settings.KEFU_TIERS[tier].get("canary") or {}).get("share") or 0.0)
+
+
+def tier_model(tier: str, variant: str = CURRENT) -> str:
+    """The model name ``tier`` calls (``KEFU_<TIER>_MODEL``, or its candidate's
+    ``KEFU_<TIER>_CANARY_MODEL``). Raises ``KeyError`` for an unknown tier."""
+    return str(deployment(tier, variant)["model"])
+
+
+def provider_for(tier: str, variant: str = CURRENT) -> Provider:
+    """The provider that streams ``tier``'s answers (or its candidate's), with that deployment's
+    base URL and key and the tier's timeouts (a tier's own ``KEFU_<TIER>_*_TIMEOUT_S``, else
+    ``KEFU_LLM_*_TIMEOUT_S``, in seconds). Raises ``KeyError`` for an unknown tier."""
+    return _openai_provider(tier, variant)
 
 
 def configured_tiers() -> list[str]:
@@ -51,9 +96,10 @@ _keep_warm_tasks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.T
 
 
 def keep_upstreams_warm() -> None:
-    """Start keeping a connection open to every configured tier's upstream, on the running event
-    loop (idempotent; a task that runs until the loop ends): ``KEFU_UPSTREAM_KEEPWARM_S`` seconds
-    of no calls to an upstream and it gets a free request (0 = off). Nothing until the provider
+    """Start keeping a connection open to every configured tier's upstream (and its candidate's),
+    on the running event loop (idempotent; a task that runs until the loop ends):
+    ``KEFU_UPSTREAM_KEEPWARM_S`` seconds of no calls to an upstream and it gets a free request
+    (0 = off). Nothing until the provider
     module was imported (the router's warm-up does it in a thread), so this never imports the SDK
     on the event loop; the next caller starts it then."""
     every_s = settings.KEFU_UPSTREAM_KEEPWARM_S
@@ -64,20 +110,26 @@ def keep_upstreams_warm() -> None:
     task = _keep_warm_tasks.get(loop)
     if task is not None and not task.done():
         return
-    configs = list({_openai_provider(tier).config: None for tier in configured_tiers()})
+    configs = list(
+        {
+            _openai_provider(tier, variant).config: None
+            for tier in configured_tiers()
+            for variant in ((CURRENT, CANDIDATE) if candidate_configured(tier) else (CURRENT,))
+        }
+    )
     if configs:
         _keep_warm_tasks[loop] = loop.create_task(
             module.keep_warm(configs, every_s=every_s), name="kefu-keep-upstreams-warm"
         )
 
 
-def _openai_provider(tier: str) -> OpenAIProvider:
+def _openai_provider(tier: str, variant: str = CURRENT) -> OpenAIProvider:
     # Imported at first use, not at the top: importing the openai SDK takes ~1.2 s, which the
     # management commands and Celery beat would pay for nothing (the server's warm-up pays it
     # at start, routing.warmup).
     from .providers.openai_remote import OpenAIProvider
 
-    t = settings.KEFU_TIERS[tier]
+    t = deployment(tier, variant)
     return OpenAIProvider(
         ProviderConfig(
             base_url=t["base_url"] or None,

@@ -142,6 +142,9 @@ class AnswerRecord:
     faq_entry_id: int | None = None
     cache_entry_id: int | None = None
     reason: str = ""
+    # A remote answer's deployment of its tier: "current" (the tier's own model) or "candidate"
+    # (its canary candidate, routing.canary); "" for an answer no model gave.
+    variant: str = ""
 
 
 @dataclass
@@ -177,6 +180,12 @@ class Decision:
     # The tiers the spend budgets leave open to this answer, fallbacks included
     # (``routing.budgets.Standing.tiers_open``); None: every configured tier.
     tiers_allowed: tuple[str, ...] | None = None
+    # Which deployment of ``tier`` the request goes to (after streaming: which answered):
+    # "current", the tier's own model, or "candidate", its canary candidate (routing.canary).
+    variant: str = "current"
+    # The candidate is on trial (a canary, not promoted): its answer is neither cached nor shared
+    # with identical questions in flight (``shareable`` is off too).
+    trial: bool = False
 
 
 @dataclass(frozen=True)

@@ -465,3 +465,14 @@ def _fresh_cache_indexes() -> None:
     from cache_layer import vector_index
 
     vector_index.forget()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_canaries() -> Iterator[None]:
+    """The canaries' state (routing.canary) is kept per process and in the cache for
+    ``KEFU_CANARY_REFRESH_S``; every test starts from a database rolled back, so from none."""
+    from routing import canary
+
+    canary.forget()
+    yield
+    canary.forget()

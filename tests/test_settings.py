@@ -112,3 +112,9 @@ def test_native_math_libraries_get_one_thread_unless_told_otherwise():
     assert operator.stdout.strip() == "[2]"
     bad = native_pools(KEFU_NATIVE_THREADS="many")
     assert bad.returncode != 0 and "KEFU_NATIVE_THREADS='many' must be a positive integer" in bad.stderr
+
+
+def test_a_canary_share_outside_0_to_1_is_refused():
+    result = check(KEFU_SIMPLE_CANARY_SHARE="10")
+    assert result.returncode != 0
+    assert "KEFU_SIMPLE_CANARY_SHARE=10.0 must be from 0 to 1" in result.stderr

@@ -251,6 +251,7 @@ def _finished(record: AnswerRecord) -> dict[str, Any]:
         "text": record.text,
         "route": record.route,
         "model": record.model,
+        "variant": record.variant,
         "prompt_tokens": record.prompt_tokens,
         "completion_tokens": record.completion_tokens,
         "cost_usd": record.cost_usd,

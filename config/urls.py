@@ -21,5 +21,7 @@ urlpatterns = [
     # Ops (docs/ops.md): staff with the routing.view_costs permission; /metrics for Prometheus.
     path("ops/", ops_views.dashboard, name="ops"),
     path("ops/api/summary", ops_views.summary_api, name="ops-summary"),
+    path("ops/api/series", ops_views.series_api, name="ops-series"),
+    path("ops/export/ledger.csv", ops_views.ledger_csv, name="ops-ledger-csv"),
     path("metrics", ops_views.metrics, name="metrics"),
 ]

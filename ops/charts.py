@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from routing.ledger import cost_usd
 from routing.models import FaqEntry
 
-from .cells import FINE, HOUR, Cell, faq_totals, floor_to, window_cells
+from .cells import FINE, HOUR, MICRO, Cell, at, epoch, faq_totals, floor_to, starting_at, window_cells
 from .histogram import Hist
 from .selectors import audit_rate
 
@@ -56,34 +56,29 @@ def _rate(num: int, den: int) -> float | None:
     return round(num / den, 4) if den else None
 
 
-def _buckets(start: datetime, end: datetime, step: int, tz: ZoneInfo) -> list[datetime]:
-    """Bucket starts covering ``[start, end)``, oldest first (the first may start before
-    ``start``: the five minutes, hour or local day holding it)."""
+def _bucket_starts(start: datetime, end: datetime, step: int, tz: ZoneInfo) -> list[int]:
+    """Bucket starts (epoch seconds) covering ``[start, end)``, oldest first (the first may start
+    before ``start``: the five minutes, hour or local day holding it). A local day starts at the
+    whole UTC hour at or before its midnight."""
     if step == DAY:
         day = start.astimezone(tz).date()
         last = (end - timedelta(microseconds=1)).astimezone(tz).date()
         out = []
         while day <= last:
-            out.append(floor_to(datetime.combine(day, time(0), tzinfo=tz), HOUR))
+            out.append(epoch(floor_to(datetime.combine(day, time(0), tzinfo=tz), HOUR)))
             day += timedelta(days=1)
         return out
-    out, t = [], floor_to(start, step)
-    while t < end:
-        out.append(t)
-        t += timedelta(seconds=step)
-    return out
+    first = epoch(floor_to(start, step))
+    return list(range(first, epoch(end) + (0 if end == at(epoch(end)) else 1), step))
 
 
-def _bucketed(cells: list[Cell], starts: list[datetime]) -> list[Cell]:
-    """The cells merged into the buckets (each cell goes to the last bucket starting at or
-    before it)."""
-    out = [Cell(s, 0) for s in starts]
-    i = 0
-    for cell in cells:
-        while i + 1 < len(out) and out[i + 1].start <= cell.start:
-            i += 1
-        out[i].merge(cell)
-    return out
+def _regrouped(buckets: list[Cell], starts: list[int]) -> list[Cell]:
+    """``buckets`` merged into coarser ones that start at ``starts``."""
+    key = starting_at(starts)
+    out = {s: Cell(s) for s in starts}
+    for b in buckets:
+        out[key(b.start)].merge(b)
+    return [out[s] for s in starts]
 
 
 def _tier_label(route: str) -> str:
@@ -102,11 +97,11 @@ def _money(buckets: list[Cell]) -> dict[str, Any]:
     no_cache: list[float] = []
     complex_: list[float | None] = []
     for b in buckets:
-        cost = sum((c.cost_usd for c in b.calls.values()), Decimal("0"))
-        cache_saved = sum((a.saved_usd for r, a in b.answers.items() if r.startswith("cache.")), Decimal("0"))
-        spent.append(_usd(cost))
-        saved.append(_usd(sum((a.saved_usd for a in b.answers.values()), Decimal("0"))))
-        no_cache.append(_usd(cost + cache_saved))
+        cost = sum(c.cost_micro for c in b.calls.values())
+        cache_saved = sum(a.saved_micro for r, a in b.answers.items() if r.startswith("cache."))
+        spent.append(cost / MICRO)
+        saved.append(sum(a.saved_micro for a in b.answers.values()) / MICRO)
+        no_cache.append((cost + cache_saved) / MICRO)
         try:
             complex_.append(
                 _usd(
@@ -121,7 +116,7 @@ def _money(buckets: list[Cell]) -> dict[str, Any]:
         except KeyError:  # no complex tier configured: no baseline
             complex_.append(None)
     return {
-        "t": [int(b.start.timestamp()) for b in buckets],
+        "t": [b.start for b in buckets],
         "spent_usd": spent,
         "saved_usd": saved,
         "no_cache_usd": no_cache,
@@ -140,7 +135,7 @@ def _ratings(buckets: list[Cell]) -> dict[str, Any]:
             ups[_tier_label(r)][i] += a.rated_up
             downs[_tier_label(r)][i] += a.rated_down
     return {
-        "t": [int(b.start.timestamp()) for b in buckets],
+        "t": [b.start for b in buckets],
         "down_rate": {label: [_rate(d, u + d) for u, d in zip(ups[label], downs[label])] for label in labels},
         "rated": {label: [u + d for u, d in zip(ups[label], downs[label])] for label in labels},
     }
@@ -188,9 +183,11 @@ def series(
     (of the answers rated at all); percentiles as ``ops.histogram`` reads them (within 2.2%).
     """
     step = step or step_for((end - start).total_seconds())
-    window = window_cells(start, end, seconds=FINE if step == FINE else HOUR, use_rollups=use_rollups)
-    starts = _buckets(start, end, step, tz)
-    buckets = _bucketed(window.cells, starts)
+    starts = _bucket_starts(start, end, step, tz)
+    window = window_cells(
+        start, end, key=starting_at(starts), use_rollups=use_rollups, fine=step == FINE, tier_ttft=False
+    )
+    buckets = [window.cells.get(s) or Cell(s) for s in starts]
 
     routes = sorted({r for b in buckets for r in b.answers})
     answers = {r: [b.answers[r].answers if r in b.answers else 0 for b in buckets] for r in routes}
@@ -217,10 +214,10 @@ def series(
 
     coarse = buckets
     if step != DAY and (end - start).total_seconds() > 2 * DAY:
-        coarse = _bucketed(window.cells, _buckets(start, end, DAY, tz))
+        coarse = _regrouped(buckets, _bucket_starts(start, end, DAY, tz))
     return {
         "window": {"from": int(start.timestamp()), "to": int(end.timestamp()), "step": step, "tz": tz.key},
-        "t": [int(b.start.timestamp()) for b in buckets],
+        "t": starts,
         "answers": answers,
         "ttft_ms": ttft,
         "money": _money(coarse),

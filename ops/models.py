@@ -2,16 +2,21 @@
 chat's and the router's rows by ``ops.rollup``; nothing else writes them), and the agent queue's
 length sampled once a minute (the one thing the other tables do not keep).
 
-Hours are UTC, the start of the hour. Money is ``Decimal`` USD, 6 places, summed exactly.
-Time-to-first-token and wait histograms are ``ops.histogram.Hist`` in three fields (``*_hist``:
-``{bucket: count}``, ``*_count``, ``*_min``/``*_max`` in ms).
+``hour`` is the hour's start in UTC epoch seconds (a multiple of 3600): an integer, so that a
+30-day read converts nothing per row. Money is integer micro-dollars (``*_micro_usd``): the
+ledger's USD has six places, so the sums are exact on every database (SQLite keeps a
+``DecimalField`` as a float). Time-to-first-token and wait histograms are ``ops.histogram.Hist``
+in four fields (``*_hist``: its bytes, ``Hist.to_bytes``, NULL when empty; ``*_count``;
+``*_min``/``*_max`` in ms).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+from datetime import UTC, datetime
 
 from django.db import models
+
+HOUR_HELP = "start of the hour, UTC epoch seconds"
 
 
 class RolledHour(models.Model):
@@ -28,11 +33,11 @@ class RolledHour(models.Model):
     queue taken in the hour (``QueueSample``): how many, the largest number of conversations
     waiting, and with an agent."""
 
-    hour = models.DateTimeField(primary_key=True)
+    hour = models.BigIntegerField(primary_key=True, help_text=HOUR_HELP)
     rolled_at = models.DateTimeField()
     shopper_messages = models.PositiveIntegerField(default=0)
     handoffs_replied = models.PositiveIntegerField(default=0)
-    wait_hist = models.JSONField(default=dict)
+    wait_hist = models.BinaryField(null=True)
     wait_min = models.FloatField(null=True)
     wait_max = models.FloatField(null=True)
     audit_same = models.PositiveIntegerField(default=0)
@@ -47,26 +52,26 @@ class RolledHour(models.Model):
         ordering = ["-hour"]
 
     def __str__(self) -> str:
-        return f"{self.hour:%Y-%m-%d %H:00} UTC"
+        return f"{datetime.fromtimestamp(self.hour, tz=UTC):%Y-%m-%d %H:00} UTC"
 
 
 class AnswerRollup(models.Model):
     """Bot answers of one hour and one route (``chat.Message``, role ``bot``): how many, how many
-    cut, USD spent (``cost_usd``) and saved (``saved_usd``), tokens, shoppers' ratings, and the
+    cut, USD spent (``cost_micro_usd``) and saved (``saved_micro_usd``), tokens, shoppers' ratings, and the
     time to first token (``ttft_*``, ms)."""
 
-    hour = models.DateTimeField()
+    hour = models.BigIntegerField(help_text=HOUR_HELP)
     route = models.CharField(max_length=16)
     answers = models.PositiveIntegerField(default=0)
     cut = models.PositiveIntegerField(default=0)
-    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
-    saved_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    cost_micro_usd = models.BigIntegerField(default=0)
+    saved_micro_usd = models.BigIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     rated_up = models.PositiveIntegerField(default=0)
     rated_down = models.PositiveIntegerField(default=0)
     ttft_count = models.PositiveIntegerField(default=0)
-    ttft_hist = models.JSONField(default=dict)
+    ttft_hist = models.BinaryField(null=True)
     ttft_min = models.FloatField(null=True)
     ttft_max = models.FloatField(null=True)
 
@@ -77,9 +82,9 @@ class AnswerRollup(models.Model):
 class CallRollup(models.Model):
     """Cost-ledger rows (``routing.UpstreamCall``) of one hour by tier, purpose, outcome and
     ``stop`` (``abandoned``: kefu stopped the attempt; ``budget``: a spend budget skipped the tier,
-    no request sent; "" otherwise): attempts, tokens, USD and the upstream's time to first token."""
+    no request sent; "" otherwise): attempts, tokens and USD."""
 
-    hour = models.DateTimeField()
+    hour = models.BigIntegerField(help_text=HOUR_HELP)
     tier = models.CharField(max_length=16)
     purpose = models.CharField(max_length=16)
     outcome = models.CharField(max_length=10)
@@ -88,11 +93,7 @@ class CallRollup(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     cached_prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
-    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
-    ttft_count = models.PositiveIntegerField(default=0)
-    ttft_hist = models.JSONField(default=dict)
-    ttft_min = models.FloatField(null=True)
-    ttft_max = models.FloatField(null=True)
+    cost_micro_usd = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -102,11 +103,27 @@ class CallRollup(models.Model):
         ]
 
 
+class TierRollup(models.Model):
+    """The upstream's time to first token in one hour for one tier: every ledger row of the tier
+    with a first token, whatever its purpose or outcome (``UpstreamCall.ttft_ms``). Kept apart
+    from ``CallRollup`` so that a histogram is read per tier, not per outcome and purpose."""
+
+    hour = models.BigIntegerField(help_text=HOUR_HELP)
+    tier = models.CharField(max_length=16)
+    ttft_count = models.PositiveIntegerField(default=0)
+    ttft_hist = models.BinaryField(null=True)
+    ttft_min = models.FloatField(null=True)
+    ttft_max = models.FloatField(null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["hour", "tier"], name="tierrollup_unique_hour_tier")]
+
+
 class FaqRollup(models.Model):
     """Bot answers of one hour given from one FAQ entry (``Message.faq_entry_id``), with the
     shoppers' ratings."""
 
-    hour = models.DateTimeField()
+    hour = models.BigIntegerField(help_text=HOUR_HELP)
     faq_entry_id = models.BigIntegerField()
     answers = models.PositiveIntegerField(default=0)
     rated_up = models.PositiveIntegerField(default=0)

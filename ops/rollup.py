@@ -16,15 +16,15 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from cache_layer.models import CacheAudit
 
-from .cells import HOUR, Cell, agent_queue_now, floor_to, raw_cells
-from .models import AnswerRollup, CallRollup, FaqRollup, QueueSample, RolledHour
+from .cells import HOUR, Cell, agent_queue_now, aligned, epoch, floor_to, raw_cells
+from .models import AnswerRollup, CallRollup, FaqRollup, QueueSample, RolledHour, TierRollup
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +34,18 @@ _LOCK_NAMESPACE = 0x6F70  # "op": pg_advisory_xact_lock(namespace, hour number)
 
 
 def hour_write(cell: Cell, *, read_at: datetime) -> bool:
-    """Replace the rollup rows of the hour ``cell`` starts (a cell of :func:`ops.cells.raw_cells`
-    read from the raw rows at ``read_at`` or later) with ``cell``'s figures. Returns False, and
+    """Replace the rollup rows of the hour ``cell`` starts (epoch seconds; an hour's bucket of
+    :func:`ops.cells.raw_cells`, read from the raw rows at ``read_at`` or later) with its figures. Returns False, and
     writes nothing, when a run that read the rows after ``read_at`` wrote the hour meanwhile."""
     hour = cell.start
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, int(hour.timestamp()) // HOUR])
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, hour // HOUR])
         newer = RolledHour.objects.filter(hour=hour, rolled_at__gt=read_at).exists()
         if newer:
             return False
-        for model in (AnswerRollup, CallRollup, FaqRollup):
+        for model in (AnswerRollup, CallRollup, TierRollup, FaqRollup):
             model.objects.filter(hour=hour).delete()
         RolledHour.objects.filter(hour=hour).delete()
         audits = cell.audits
@@ -54,7 +54,7 @@ def hour_write(cell: Cell, *, read_at: datetime) -> bool:
             rolled_at=read_at,
             shopper_messages=cell.shopper_messages,
             handoffs_replied=cell.wait.n,
-            wait_hist=cell.wait.to_json(),
+            wait_hist=cell.wait.to_bytes(),
             wait_min=cell.wait.lo,
             wait_max=cell.wait.hi,
             audit_same=audits.get(CacheAudit.Verdict.SAME, 0),
@@ -71,14 +71,14 @@ def hour_write(cell: Cell, *, read_at: datetime) -> bool:
                 route=route,
                 answers=a.answers,
                 cut=a.cut,
-                cost_usd=a.cost_usd,
-                saved_usd=a.saved_usd,
+                cost_micro_usd=a.cost_micro,
+                saved_micro_usd=a.saved_micro,
                 prompt_tokens=a.prompt_tokens,
                 completion_tokens=a.completion_tokens,
                 rated_up=a.rated_up,
                 rated_down=a.rated_down,
                 ttft_count=a.ttft.n,
-                ttft_hist=a.ttft.to_json(),
+                ttft_hist=a.ttft.to_bytes(),
                 ttft_min=a.ttft.lo,
                 ttft_max=a.ttft.hi,
             )
@@ -95,13 +95,13 @@ def hour_write(cell: Cell, *, read_at: datetime) -> bool:
                 prompt_tokens=c.prompt_tokens,
                 cached_prompt_tokens=c.cached_prompt_tokens,
                 completion_tokens=c.completion_tokens,
-                cost_usd=c.cost_usd,
-                ttft_count=c.ttft.n,
-                ttft_hist=c.ttft.to_json(),
-                ttft_min=c.ttft.lo,
-                ttft_max=c.ttft.hi,
+                cost_micro_usd=c.cost_micro,
             )
             for (tier, purpose, outcome, stop), c in cell.calls.items()
+        )
+        TierRollup.objects.bulk_create(
+            TierRollup(hour=hour, tier=tier, ttft_count=h.n, ttft_hist=h.to_bytes(), ttft_min=h.lo, ttft_max=h.hi)
+            for tier, h in cell.tier_ttft.items()
         )
         FaqRollup.objects.bulk_create(
             FaqRollup(hour=hour, faq_entry_id=entry, answers=f.answers, rated_up=f.rated_up, rated_down=f.rated_down)
@@ -115,19 +115,17 @@ def hours_roll(start: datetime, end: datetime) -> int:
     holding ``end`` (pass ``timezone.now()`` to stop before the current hour). Returns how many
     hours were written. Each hour is its own transaction: a run stopped half-way leaves every
     hour either as it was or rolled."""
-    first, stop = floor_to(start, HOUR), floor_to(end, HOUR)
+    first, stop = epoch(floor_to(start, HOUR)), epoch(floor_to(end, HOUR))
     written = 0
-    chunk = first
-    while chunk < stop:
-        chunk_end = min(stop, chunk + timedelta(hours=CHUNK_HOURS))
+    for chunk in range(first, stop, CHUNK_HOURS * HOUR):
+        chunk_end = min(stop, chunk + CHUNK_HOURS * HOUR)
         read_at = timezone.now()
-        cells = raw_cells(chunk, chunk_end)
-        hour = chunk
-        while hour < chunk_end:
-            written += hour_write(cells.get(hour) or Cell(hour, HOUR), read_at=read_at)
-            hour += timedelta(hours=1)
-        chunk = chunk_end
-    log.info("ops rollup: %d hours from %s written", written, first.isoformat())
+        cells = raw_cells(
+            datetime.fromtimestamp(chunk, tz=UTC), datetime.fromtimestamp(chunk_end, tz=UTC), key=aligned(HOUR)
+        )
+        for hour in range(chunk, chunk_end, HOUR):
+            written += hour_write(cells.get(hour) or Cell(hour), read_at=read_at)
+    log.info("ops rollup: %d hours from %s written", written, datetime.fromtimestamp(first, tz=UTC).isoformat())
     return written
 
 

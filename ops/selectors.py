@@ -38,7 +38,7 @@ from cache_layer.audit import COUNTED, FALSE_HITS, wilson_interval
 from chat.models import Message, Role
 from routing.models import BudgetCounter, UpstreamCall
 
-from .cells import agent_queue_now, window_cells
+from .cells import MICRO, agent_queue_now, window_cells
 from .histogram import Hist
 
 #: Longest window :func:`summary` accepts, hours (30 days).
@@ -120,8 +120,8 @@ def summary(
         start, end = window_bounds(hours=hours, now=now)
     else:
         hours = (end - start).total_seconds() / 3600
-    window = window_cells(start, end, use_rollups=use_rollups)
-    total = window.total(start)
+    window = window_cells(start, end, key=lambda _: 0, use_rollups=use_rollups)  # one bucket
+    total = window.total()
 
     answers = total.answers
     n_answers = sum(a.answers for a in answers.values())
@@ -133,25 +133,23 @@ def summary(
         }
         for route, a in sorted(answers.items())
     }
-    saved = sum((a.saved_usd for a in answers.values()), Decimal("0"))
+    saved = sum(a.saved_micro for a in answers.values())
 
-    cost_by_purpose: dict[str, Decimal] = defaultdict(Decimal)
-    cost_by_tier: dict[str, Decimal] = defaultdict(Decimal)
+    cost_by_purpose: dict[str, int] = defaultdict(int)  # micro-USD
+    cost_by_tier: dict[str, int] = defaultdict(int)
     by_outcome: dict[str, int] = defaultdict(int)
-    tier_ttft: dict[str, Hist] = defaultdict(Hist)
     stopped = budget_skips = failed_attempts = 0
     for (tier, purpose, outcome, stop), c in total.calls.items():
-        cost_by_purpose[purpose] += c.cost_usd
-        cost_by_tier[tier] += c.cost_usd
+        cost_by_purpose[purpose] += c.cost_micro
+        cost_by_tier[tier] += c.cost_micro
         by_outcome[outcome] += c.calls
-        tier_ttft[tier].merge(c.ttft)
         if stop == "abandoned":
             stopped += c.calls
         elif stop == "budget":
             budget_skips += c.calls
         elif outcome == "failed":
             failed_attempts += c.calls
-    cost = sum(cost_by_purpose.values(), Decimal("0"))
+    cost = sum(cost_by_purpose.values())
     n_calls = sum(by_outcome.values())
     sent = n_calls - budget_skips
 
@@ -164,11 +162,11 @@ def summary(
         "window": {"from": start.isoformat(), "to": end.isoformat(), "hours": hours},
         "answers": {"total": n_answers, "by_route": routes},
         "shopper_messages": total.shopper_messages,
-        "cost_usd": _usd(cost),
-        "saved_usd": _usd(saved),
-        "saved_share": float(saved / (cost + saved)) if cost + saved else None,
-        "cost_by_purpose": {k: _usd(v) for k, v in sorted(cost_by_purpose.items())},
-        "cost_by_tier": {k: _usd(v) for k, v in sorted(cost_by_tier.items())},
+        "cost_usd": cost / MICRO,
+        "saved_usd": saved / MICRO,
+        "saved_share": saved / (cost + saved) if cost + saved else None,
+        "cost_by_purpose": {k: v / MICRO for k, v in sorted(cost_by_purpose.items())},
+        "cost_by_tier": {k: v / MICRO for k, v in sorted(cost_by_tier.items())},
         "cache": {
             "hits": exact + semantic,
             "exact": exact,
@@ -183,7 +181,7 @@ def summary(
             "failure_rate": failed_attempts / sent if sent else None,
             "stopped": stopped,
             "budget_skips": budget_skips,
-            "ttft_ms": {tier: _ttft(h) for tier, h in sorted(tier_ttft.items())},
+            "ttft_ms": {tier: _ttft(total.tier_ttft.get(tier) or Hist()) for tier in sorted(cost_by_tier)},
         },
         "handoffs": {"answers": counts.get("handoff", 0), "waiting_now": waiting, "with_agent_now": with_agent},
         "budgets": budgets_now(today=timezone.localdate(end)),

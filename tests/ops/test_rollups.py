@@ -23,7 +23,7 @@ from cache_layer.models import CacheAudit
 from chat.models import Conversation, ConversationStatus, Message
 from ops import charts, histogram
 from ops import selectors as ops
-from ops.cells import HOUR, Cell, floor_to, raw_cells, window_cells
+from ops.cells import HOUR, Cell, aligned, epoch, floor_to, raw_cells, window_cells
 from ops.models import AnswerRollup, CallRollup, FaqRollup, QueueSample, RolledHour
 from ops.rollup import hour_write, hours_roll, recent_roll
 from routing.models import FaqEntry, UpstreamCall
@@ -75,8 +75,12 @@ def test_histograms_add_up_and_survive_storage() -> None:
         b.add(v)
     a.merge(b)
     assert a.n == 5 and a.lo == 0.2 and a.hi == 700
-    stored = histogram.Hist.from_stored(a.to_json(), a.n, a.lo, a.hi)
-    assert stored == a and stored.to_json() == {"0": 1, "38": 1, "54": 2, "152": 1}
+    assert a.pairs() == [(0, 1), (38, 1), (54, 2), (152, 1)]
+    blob = a.to_bytes()
+    # The first bucket (0) as 16 bits, then 153 counts of 32 bits, little-endian.
+    assert blob is not None and len(blob) == 2 + 153 * 4 and blob[:6] == bytes([0, 0, 1, 0, 0, 0])
+    stored = histogram.Hist.from_stored(blob, a.n, a.lo, a.hi)
+    assert stored == a and histogram.Hist().to_bytes() is None
 
 
 # --- known rows ------------------------------------------------------------------------------
@@ -232,7 +236,7 @@ def test_the_same_figures_raw_and_rolled_up(day: Day) -> None:
     assert hours_roll(day.h0, day.end) == 3
     assert RolledHour.objects.count() == 3
     assert AnswerRollup.objects.count() == 5 + 2  # 5 routes in hour 0, 2 in hour 1, none in hour 2
-    assert FaqRollup.objects.filter(hour=day.h0).count() == 2
+    assert FaqRollup.objects.filter(hour=epoch(day.h0)).count() == 2
     rolled = ops.summary(start=day.h0, end=day.end)
     expected_summary_figures(rolled)
     assert rolled["source"] == {"rolled_hours": 3, "raw_ranges": []}
@@ -276,47 +280,49 @@ def test_rolling_again_replaces_an_hour_and_late_rows_wait_for_the_next_run(day:
     # The next run re-rolls the last hours: now = hour 3 + 5 minutes, 3 hours back.
     assert recent_roll(hours=3, now=day.end + timedelta(minutes=5)) == 3
     assert ops.summary(start=day.h0, end=day.end)["cost_usd"] == 1.870123
-    assert AnswerRollup.objects.get(hour=day.h0, route="cache.exact").rated_up == 1
+    assert AnswerRollup.objects.get(hour=epoch(day.h0), route="cache.exact").rated_up == 1
 
     # A run that read the rows earlier than the one that wrote the hour writes nothing.
-    stale = raw_cells(day.h0, day.h0 + timedelta(hours=1))[day.h0]
+    stale = raw_cells(day.h0, day.h0 + timedelta(hours=1), key=aligned(HOUR))[epoch(day.h0)]
     assert hour_write(stale, read_at=timezone.now() - timedelta(hours=1)) is False
     assert hour_write(stale, read_at=timezone.now()) is True
 
 
 def test_an_empty_hour_is_rolled_too_and_read_from_its_rollup(day: Day) -> None:
     hours_roll(day.h0, day.end)
-    empty = RolledHour.objects.get(hour=day.h0 + timedelta(hours=2))
+    hour = day.h0 + timedelta(hours=2)
+    empty = RolledHour.objects.get(hour=epoch(hour))
     assert empty.shopper_messages == 0 and not AnswerRollup.objects.filter(hour=empty.hour).exists()
-    window = window_cells(empty.hour, empty.hour + timedelta(hours=1))
+    assert str(empty) == f"{hour:%Y-%m-%d %H}:00 UTC"
+    window = window_cells(hour, hour + timedelta(hours=1), key=aligned(HOUR))
     assert window.rolled_hours == 1 and window.raw_ranges == []
 
 
 def test_hour_rows_hold_the_queue_the_waits_and_the_audits(day: Day) -> None:
     hours_roll(day.h0, day.end)
-    h = RolledHour.objects.get(hour=day.h0)
+    h = RolledHour.objects.get(hour=epoch(day.h0))
     assert (h.shopper_messages, h.handoffs_replied, h.wait_min, h.wait_max) == (8, 1, 150_000.0, 150_000.0)
     assert (h.audit_same, h.audit_different, h.audit_agent_wrong, h.audit_error) == (2, 1, 1, 1)
     assert (h.queue_samples, h.queue_waiting_max, h.queue_with_agent_max) == (2, 3, 1)
-    a = AnswerRollup.objects.get(hour=day.h0, route="llm.simple")
-    assert (a.answers, a.cut, a.cost_usd, a.rated_up, a.rated_down, a.ttft_count) == (
+    a = AnswerRollup.objects.get(hour=epoch(day.h0), route="llm.simple")
+    assert (a.answers, a.cut, a.cost_micro_usd, a.rated_up, a.rated_down, a.ttft_count) == (
         2,
         1,
-        Decimal("0.800000"),
+        800_000,
         1,
         0,
         2,
     )
-    c = CallRollup.objects.get(hour=day.h0, tier="simple", purpose="answer", outcome="ok", stop="")
-    assert (c.calls, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens, c.cost_usd) == (
+    c = CallRollup.objects.get(hour=epoch(day.h0), tier="simple", purpose="answer", outcome="ok", stop="")
+    assert (c.calls, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens, c.cost_micro_usd) == (
         2,
         2500,
         500,
         500,
-        Decimal("0.800000"),
+        800_000,
     )
-    assert CallRollup.objects.get(hour=day.h0, tier="simple", outcome="failed").stop == "abandoned"
-    f = FaqRollup.objects.get(hour=day.h0, faq_entry_id=day.e1.pk)
+    assert CallRollup.objects.get(hour=epoch(day.h0), tier="simple", outcome="failed").stop == "abandoned"
+    f = FaqRollup.objects.get(hour=epoch(day.h0), faq_entry_id=day.e1.pk)
     assert (f.answers, f.rated_up, f.rated_down) == (2, 1, 1)
 
 
@@ -500,7 +506,7 @@ def test_rollup_command_and_the_beat_schedule(settings: Any, day: Day) -> None:
     out = io.StringIO()
     call_command("rollup", "--hours", "72", stdout=out)
     assert out.getvalue().startswith("rolled up 72 hours in ")
-    assert RolledHour.objects.filter(hour__gte=day.h0, hour__lt=day.end).count() == 3
+    assert RolledHour.objects.filter(hour__gte=epoch(day.h0), hour__lt=epoch(day.end)).count() == 3
     schedule = {v["task"]: v for v in settings.CELERY_BEAT_SCHEDULE.values()}
     assert schedule["ops.tasks.sample_queue"]["schedule"] == 60.0
     from config.celery import app
@@ -513,9 +519,11 @@ def test_rollup_command_and_the_beat_schedule(settings: Any, day: Day) -> None:
     assert QueueSample.objects.latest("at").waiting == 1
 
 
-def test_rolled_cells_are_merged_exactly() -> None:
-    a, b = Cell(timezone.now(), HOUR), Cell(timezone.now(), HOUR)
+def test_cells_merge_exactly() -> None:
+    a, b = Cell(0), Cell(3600)
     a.queue_waiting_max, b.queue_waiting_max = 4, 2
     b.audits = {"same": 1}
+    b.answer("faq").saved_micro = 250_001
     a.merge(b)
-    assert a.queue_waiting_max == 4 and a.audits == {"same": 1}
+    assert a.start == 0 and a.queue_waiting_max == 4 and a.audits == {"same": 1}
+    assert a.answers["faq"].saved_micro == 250_001

@@ -170,7 +170,12 @@ class Message(models.Model):
         # The sweeper looks for answers left streaming by a dead process (chat.sweeper): a small
         # index of the streaming rows only.
         indexes = [
-            models.Index(fields=["created_at"], condition=models.Q(state="streaming"), name="message_streaming_created")
+            models.Index(
+                fields=["created_at"], condition=models.Q(state="streaming"), name="message_streaming_created"
+            ),
+            # Ops reads the answers and shopper messages of a time range (ops.cells.raw_cells: the
+            # hours not rolled up yet, and each rollup run), which without it scans every message.
+            models.Index(fields=["role", "created_at"], name="message_role_created"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["conversation", "seq"], name="message_unique_seq"),

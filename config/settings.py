@@ -202,7 +202,16 @@ CELERY_BEAT_SCHEDULE = {
     "purge-used-identity-tokens": {"task": "chat.tasks.purge_used_identity_tokens", "schedule": 3600.0},
     "purge-old-conversations": {"task": "chat.tasks.purge_old_conversations", "schedule": 24 * 3600.0},
     "expire-budget-holds": {"task": "routing.tasks.expire_budget_holds", "schedule": 60.0},
+    # Ops' rollups (ops/rollup.py, docs/ops.md): the last hours every 5 minutes, the last 8 days
+    # once a day (ratings, agents' replies and audit verdicts that come late), the queue each minute.
+    "ops-rollup-recent": {"task": "ops.tasks.rollup", "schedule": 300.0, "kwargs": {"late": False}},
+    "ops-rollup-late": {"task": "ops.tasks.rollup", "schedule": 24 * 3600.0, "kwargs": {"late": True}},
+    "ops-queue-sample": {"task": "ops.tasks.sample_queue", "schedule": 60.0},
 }
+# Ops' rollups: whole hours re-rolled by each 5-minute run (late ledger rows and ratings within
+# them are caught) and by the daily run.
+KEFU_OPS_ROLLUP_HOURS = _env("int", "KEFU_OPS_ROLLUP_HOURS", default=3)
+KEFU_OPS_ROLLUP_LATE_HOURS = _env("int", "KEFU_OPS_ROLLUP_LATE_HOURS", default=192)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1.0, KEFU_CELERY_TASK_TIME_LIMIT_S - 10)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -29,5 +29,7 @@ urlpatterns = [
     path("ops/canary/", ops_views.canary_page, name="ops-canary"),
     path("ops/api/canary", ops_views.canary_api, name="ops-canary-api"),
     path("ops/canary/<str:tier>/<str:action>", canary_views.decide, name="canary-decide"),
+    path("ops/api/series", ops_views.series_api, name="ops-series"),
+    path("ops/export/ledger.csv", ops_views.ledger_csv, name="ops-ledger-csv"),
     path("metrics", ops_views.metrics, name="metrics"),
 ]

@@ -11,31 +11,56 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
+from django.core.handlers.asgi import ASGIRequest
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
 from chat import regroup
 from lib import metrics as process_metrics
 from routing import services as router
 
+from . import charts, export
 from . import selectors as ops
 
 PERMISSION = "routing.view_costs"
 WINDOWS = (1, 24, 24 * 7, 24 * 30)  # hours offered on the page
+#: Longest custom window (``?from=&to=``), days.
+MAX_SPAN_DAYS = 90
 OPS_CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
 
 
 def can_see_costs(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(PERMISSION))
+
+
+@dataclass(frozen=True)
+class Period:
+    """The window a request asks for: ``?hours=`` (the last hours; ``hours`` set) or
+    ``?from=&to=`` (``hours`` None)."""
+
+    start: datetime
+    end: datetime
+    hours: float | None
+
+
+def period_hours(period: Period) -> float:
+    """The length of ``period`` in hours (as asked with ``?hours=``, else from ``from``/``to``)."""
+    if period.hours is not None:
+        return period.hours
+    return max((period.end - period.start).total_seconds() / 3600, 1 / 3600)
 
 
 def _hours(request: HttpRequest) -> float:
@@ -50,10 +75,40 @@ def _hours(request: HttpRequest) -> float:
     return hours
 
 
-def _ops_only(api: bool) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def _instant(name: str, raw: str) -> datetime:
+    """A ``from``/``to`` value: UTC epoch seconds, or ISO 8601 (no offset: UTC)."""
+    try:
+        return datetime.fromtimestamp(float(raw), tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:
+        t = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be epoch seconds or an ISO 8601 time, got {raw!r}") from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def _period(request: HttpRequest) -> Period:
+    """``?from=&to=`` when either is given (both needed, from before to, at most
+    :data:`MAX_SPAN_DAYS` apart), else ``?hours=``. ``ValueError`` says what is wrong."""
+    if "from" not in request.GET and "to" not in request.GET:
+        start, end = ops.window_bounds(hours=_hours(request))
+        return Period(start, end, (end - start).total_seconds() / 3600)
+    raw_from, raw_to = request.GET.get("from", ""), request.GET.get("to", "")
+    if not raw_from or not raw_to:
+        raise ValueError("from and to go together: give both, or neither (then hours)")
+    start, end = _instant("from", raw_from), _instant("to", raw_to)
+    if end <= start:
+        raise ValueError("to must be after from")
+    if end - start > timedelta(days=MAX_SPAN_DAYS):
+        raise ValueError(f"from and to may be at most {MAX_SPAN_DAYS} days apart")
+    return Period(start, end, None)
+
+
+def _ops_only(api: bool) -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
+    def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @wraps(view)
-        def wrapper(request: HttpRequest) -> HttpResponse:
+        def wrapper(request: HttpRequest) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 if api:
                     return JsonResponse({"error": "sign in as staff with the cost permission"}, status=401)
@@ -63,12 +118,12 @@ def _ops_only(api: bool) -> Callable[[Callable[..., HttpResponse]], Callable[...
                     return JsonResponse({"error": f"needs staff status and the {PERMISSION} permission"}, status=403)
                 return HttpResponse("Staff with the cost permission only.", status=403, content_type="text/plain")
             try:
-                hours = _hours(request)
+                period = _period(request)
+                response = view(request, period)
             except ValueError as e:
                 if api:
                     return JsonResponse({"error": str(e)}, status=400)
                 return HttpResponse(str(e), status=400, content_type="text/plain")
-            response = view(request, hours)
             response["Cache-Control"] = "no-store"
             return response
 
@@ -77,25 +132,74 @@ def _ops_only(api: bool) -> Callable[[Callable[..., HttpResponse]], Callable[...
     return decorate
 
 
+def _summary(period: Period) -> dict[str, Any]:
+    data = ops.summary(start=period.start, end=period.end)
+    if period.hours is not None:
+        data["window"]["hours"] = period.hours  # as asked, not as the clock's subtraction gives it
+    return data
+
+
 @_ops_only(api=True)
-def summary_api(request: HttpRequest, hours: float) -> HttpResponse:
-    """``GET /ops/api/summary?hours=24``: :func:`routing.ops.summary` as JSON."""
-    return JsonResponse(ops.summary(hours=hours))
+def summary_api(request: HttpRequest, period: Period) -> HttpResponse:
+    """``GET /ops/api/summary?hours=24`` (or ``?from=&to=``): :func:`ops.selectors.summary` as JSON."""
+    return JsonResponse(_summary(period))
+
+
+@_ops_only(api=True)
+def series_api(request: HttpRequest, period: Period) -> HttpResponse:
+    """``GET /ops/api/series?hours=24`` (or ``?from=&to=``), ``&tz=Europe/Berlin`` (the viewer's
+    zone, for day buckets; default UTC), ``&step=300|3600|86400`` (default: by the window's
+    length): :func:`ops.charts.series` as JSON."""
+    raw_tz = request.GET.get("tz", "UTC")
+    try:
+        tz = ZoneInfo(raw_tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"tz must be an IANA time zone name such as Europe/Berlin, got {raw_tz!r}") from None
+    raw_step = request.GET.get("step")
+    step = None
+    if raw_step:
+        if raw_step not in ("300", "3600", "86400"):
+            raise ValueError(f"step must be 300, 3600 or 86400 seconds, got {raw_step!r}")
+        step = int(raw_step)
+    return JsonResponse(charts.series(start=period.start, end=period.end, tz=tz, step=step))
 
 
 @_ops_only(api=False)
-def dashboard(request: HttpRequest, hours: float) -> HttpResponse:
-    """``GET /ops/?hours=24``: the same figures as the API, as a page (no script needed)."""
-    data = ops.summary(hours=hours)
+def ledger_csv(request: HttpRequest, period: Period) -> HttpResponseBase:
+    """``GET /ops/export/ledger.csv?from=&to=`` (or ``?hours=``): the cost ledger's rows of the
+    window as CSV (``ops.export``), streamed: the rows are read in chunks as they are sent."""
+    name = f"kefu-ledger-{period.start:%Y%m%dT%H%M%SZ}-{period.end:%Y%m%dT%H%M%SZ}.csv"
+    if isinstance(request, ASGIRequest):
+        content: Any = export.ledger_lines_async(start=period.start, end=period.end)
+    else:
+        content = export.ledger_lines(start=period.start, end=period.end)
+    response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@_ops_only(api=False)
+def dashboard(request: HttpRequest, period: Period) -> HttpResponse:
+    """``GET /ops/?hours=24`` (or ``?from=&to=``): the same figures as the API, as a page (readable
+    without script), and the charts (``static/kefu/ops.js`` draws ``/ops/api/series`` with uPlot)."""
+    data = _summary(period)
     routes = [{"route": k, **v} for k, v in data["answers"]["by_route"].items()]
+    query = (
+        f"hours={period.hours:g}"
+        if period.hours is not None
+        else f"from={_epoch(period.start)}&to={_epoch(period.end)}"
+    )
     response = render(
         request,
         "ops.html",
         {
             "s": data,
             "routes": routes,
-            "hours": hours,
-            "hours_q": f"{hours:g}",
+            "hours": period.hours,
+            "hours_q": f"{period.hours:g}" if period.hours is not None else "",
+            "query": query,
+            "from_epoch": _epoch(period.start),
+            "to_epoch": _epoch(period.end),
             "windows": WINDOWS,
             "tiers": sorted(data["upstream"]["ttft_ms"].items()),
             "resolution_window_h": settings.KEFU_RESOLUTION_WINDOW_H,
@@ -106,17 +210,18 @@ def dashboard(request: HttpRequest, hours: float) -> HttpResponse:
 
 
 @_ops_only(api=True)
-def canary_api(request: HttpRequest, hours: float) -> HttpResponse:
+def canary_api(request: HttpRequest, period: Period) -> HttpResponse:
     """``GET /ops/api/canary?hours=24``: :func:`ops.selectors.canary_summary` as JSON."""
-    return JsonResponse(ops.canary_summary(standings=router.canary_standings(), hours=hours))
+    return JsonResponse(ops.canary_summary(standings=router.canary_standings(), hours=period_hours(period)))
 
 
 @_ops_only(api=False)
-def canary_page(request: HttpRequest, hours: float) -> HttpResponse:
+def canary_page(request: HttpRequest, period: Period) -> HttpResponse:
     """``GET /ops/canary/?hours=24``: each tier's candidate beside its own model, with the forms
     that promote, roll back or resume it. The forms post to the router's own view
     (``routing.canary_views``): this page only reads. ``static/kefu/ops.js`` asks for a
     confirmation before a form is sent (no inline script: the CSP allows none)."""
+    hours = period_hours(period)
     data = ops.canary_summary(standings=router.canary_standings(), hours=hours)
     rows = (
         ("answers", "Answers"),
@@ -170,6 +275,10 @@ def _canary_cells(f: dict[str, Any]) -> dict[str, str]:
         "cut": rate(f["cut"]),
         "errors": rate(f["errors"]),
     }
+
+
+def _epoch(t: datetime) -> str:
+    return f"{t.timestamp():.0f}" if t.microsecond == 0 else f"{t.timestamp():.3f}"
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

@@ -46,6 +46,10 @@ def can_see_costs(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(PERMISSION))
 
 
+class BadRequest(ValueError):
+    """A query parameter the views refuse (HTTP 400); its message says why."""
+
+
 @dataclass(frozen=True)
 class Period:
     """The window a request asks for: ``?hours=`` (the last hours; ``hours`` set) or
@@ -64,14 +68,14 @@ def period_hours(period: Period) -> float:
 
 
 def _hours(request: HttpRequest) -> float:
-    """``?hours=`` (default 24), validated: ``ValueError`` with a message for the 400."""
+    """``?hours=`` (default 24), validated: ``BadRequest`` with a message for the 400."""
     raw = request.GET.get("hours", "24")
     try:
         hours = float(raw)
     except ValueError:
-        raise ValueError(f"hours must be a number, got {raw!r}") from None
+        raise BadRequest(f"hours must be a number, got {raw!r}") from None
     if not (0 < hours <= ops.MAX_HOURS):
-        raise ValueError(f"hours must be more than 0 and at most {ops.MAX_HOURS}, got {raw}")
+        raise BadRequest(f"hours must be more than 0 and at most {ops.MAX_HOURS}, got {raw}")
     return hours
 
 
@@ -84,24 +88,24 @@ def _instant(name: str, raw: str) -> datetime:
     try:
         t = datetime.fromisoformat(raw)
     except ValueError:
-        raise ValueError(f"{name} must be epoch seconds or an ISO 8601 time, got {raw!r}") from None
+        raise BadRequest(f"{name} must be epoch seconds or an ISO 8601 time, got {raw!r}") from None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def _period(request: HttpRequest) -> Period:
     """``?from=&to=`` when either is given (both needed, from before to, at most
-    :data:`MAX_SPAN_DAYS` apart), else ``?hours=``. ``ValueError`` says what is wrong."""
+    :data:`MAX_SPAN_DAYS` apart), else ``?hours=``. ``BadRequest`` says what is wrong."""
     if "from" not in request.GET and "to" not in request.GET:
         start, end = ops.window_bounds(hours=_hours(request))
         return Period(start, end, (end - start).total_seconds() / 3600)
     raw_from, raw_to = request.GET.get("from", ""), request.GET.get("to", "")
     if not raw_from or not raw_to:
-        raise ValueError("from and to go together: give both, or neither (then hours)")
+        raise BadRequest("from and to go together: give both, or neither (then hours)")
     start, end = _instant("from", raw_from), _instant("to", raw_to)
     if end <= start:
-        raise ValueError("to must be after from")
+        raise BadRequest("to must be after from")
     if end - start > timedelta(days=MAX_SPAN_DAYS):
-        raise ValueError(f"from and to may be at most {MAX_SPAN_DAYS} days apart")
+        raise BadRequest(f"from and to may be at most {MAX_SPAN_DAYS} days apart")
     return Period(start, end, None)
 
 
@@ -120,7 +124,7 @@ def _ops_only(api: bool) -> Callable[[Callable[..., HttpResponseBase]], Callable
             try:
                 period = _period(request)
                 response = view(request, period)
-            except ValueError as e:
+            except BadRequest as e:
                 if api:
                     return JsonResponse({"error": str(e)}, status=400)
                 return HttpResponse(str(e), status=400, content_type="text/plain")
@@ -154,12 +158,12 @@ def series_api(request: HttpRequest, period: Period) -> HttpResponse:
     try:
         tz = ZoneInfo(raw_tz)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"tz must be an IANA time zone name such as Europe/Berlin, got {raw_tz!r}") from None
+        raise BadRequest(f"tz must be an IANA time zone name such as Europe/Berlin, got {raw_tz!r}") from None
     raw_step = request.GET.get("step")
     step = None
     if raw_step:
         if raw_step not in ("300", "3600", "86400"):
-            raise ValueError(f"step must be 300, 3600 or 86400 seconds, got {raw_step!r}")
+            raise BadRequest(f"step must be 300, 3600 or 86400 seconds, got {raw_step!r}")
         step = int(raw_step)
     return JsonResponse(charts.series(start=period.start, end=period.end, tz=tz, step=step))
 

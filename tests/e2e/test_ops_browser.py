@@ -127,7 +127,8 @@ def test_the_dashboard_draws_its_charts_after_real_questions(live_kefu, chromium
     errors: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=ARGS, headless=True)
-        page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+        # A viewer in Shanghai: the page sends that zone, and shows times in it.
+        page = browser.new_context(viewport={"width": 1440, "height": 900}, timezone_id="Asia/Shanghai").new_page()
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(kefu.base + "/ops/?hours=168")
@@ -137,7 +138,8 @@ def test_the_dashboard_draws_its_charts_after_real_questions(live_kefu, chromium
         expect(page).to_have_url(kefu.base + "/ops/?hours=168")
         charts = page.locator("#charts")
         expect(charts).to_have_attribute("data-ready", "1", timeout=20000)
-        expect(page.locator("#charts-status")).to_contain_text("Buckets of 1 hour")
+        expect(page.locator("#charts-status")).to_contain_text("Buckets of 1 hour, times in Asia/Shanghai")
+        expect(page.locator("#window-zone")).to_have_text("(Asia/Shanghai)")
         # Five charts and one time-to-first-token chart per route, each a canvas with a size and ink.
         expect(page.locator("#chart-ttft .chart")).to_have_count(8)  # the seed's 8 routes (the questions' among them)
         sizes = page.eval_on_selector_all(

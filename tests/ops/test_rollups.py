@@ -452,6 +452,7 @@ def test_series_api(client: Any, day: Day) -> None:
         ("from=1", "from and to go together"),
         ("from=abc&to=2", "from must be epoch seconds or an ISO 8601 time"),
         ("from=100&to=50", "to must be after from"),
+        ("from=nan&to=1", "from must be epoch seconds or an ISO 8601 time"),
         ("from=0&to=8640000", "at most 90 days apart"),
         ("hours=1&tz=Mars/Olympus", "tz must be an IANA time zone name"),
         ("hours=1&tz=../../etc/passwd", "tz must be an IANA time zone name"),

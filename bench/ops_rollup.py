@@ -348,6 +348,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--legacy-rev", default="1e3dce6", help="the commit before the rollups ('' to skip)")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top calls of the rolled summary")
     args = parser.parse_args()
 
     for var in ("REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
@@ -451,6 +452,13 @@ def run(args: argparse.Namespace) -> None:
         rolled[name], _ = timed(get(url), args.repeat)
         print(f"rolled {name}: {rolled[name]:.3f} s", flush=True)
     rolled_summary = selectors.summary(start=start, end=now)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(selectors.summary, start=start, end=now)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
     strip = ("source", "budgets")
     assert {k: v for k, v in raw_summary.items() if k not in strip} == {
         k: v for k, v in rolled_summary.items() if k not in strip

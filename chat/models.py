@@ -99,7 +99,11 @@ class Conversation(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        indexes = [models.Index(fields=["status", "updated_at"])]
+        indexes = [
+            models.Index(fields=["status", "updated_at"]),
+            # Ops re-rolls the outcomes of conversations scored since its last run (ops.rollup).
+            models.Index(fields=["csat_at"], condition=models.Q(csat_at__isnull=False), name="conversation_csat_at"),
+        ]
         permissions = [("handle_conversations", "Can answer shoppers in the agent console")]
 
     def __str__(self) -> str:
@@ -155,6 +159,8 @@ class Message(models.Model):
     cache_entry_id = models.BigIntegerField(null=True, blank=True)
     reply_to_seq = models.PositiveIntegerField(null=True, blank=True)
     rating = models.CharField(max_length=4, blank=True)
+    # When the shopper last rated it: Ops re-rolls the hours a late rating changes (ops.rollup).
+    rated_at = models.DateTimeField(null=True, blank=True)
     # Signals about a shopper message, for agents: "prompt_injection" when it tried to override
     # the assistant's instructions (routing.injection). Empty for nearly every message.
     flags = models.JSONField(default=list, blank=True)
@@ -176,6 +182,8 @@ class Message(models.Model):
             # Ops reads the answers and shopper messages of a time range (ops.cells.raw_cells: the
             # hours not rolled up yet, and each rollup run), which without it scans every message.
             models.Index(fields=["role", "created_at"], name="message_role_created"),
+            # Ops finds the answers rated since its last run (ops.rollup): the rated rows only.
+            models.Index(fields=["rated_at"], condition=models.Q(rated_at__isnull=False), name="message_rated_at"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["conversation", "seq"], name="message_unique_seq"),

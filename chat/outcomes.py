@@ -17,16 +17,21 @@ shopper confirmed it):
 
 A resolved conversation is **confirmed** when the shopper said so (a thumbs-up on a bot answer,
 or a satisfaction score of 4 or 5), **assumed** otherwise; the two are reported apart. A
-conversation whose window has not passed is **open** and counted in neither.
+conversation is **open**, and counted in neither, until it **settles**: at the first whole hour
+(UTC) at or after the end of its window. A bad sign needs no waiting: an unresolved
+conversation is unresolved at once. (Whole hours let Ops keep the outcomes per hour,
+``ops.rollup``, and read them back exactly, with no conversation re-read.)
 
 All figures are computed from stored rows (messages, ratings, scores): nothing here is sampled.
+:class:`OutcomeTally` counts them in a form that adds up (Ops stores one per hour).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -35,7 +40,15 @@ from django.utils import timezone
 
 from .models import Conversation, Message, Role
 
-__all__ = ["Outcome", "OutcomeState", "conversation_outcomes", "outcomes_summary"]
+__all__ = [
+    "Outcome",
+    "OutcomeState",
+    "OutcomeTally",
+    "conversation_outcomes",
+    "conversation_verdicts",
+    "outcome_tallies",
+    "outcomes_summary",
+]
 
 OutcomeState = Literal["resolved_confirmed", "resolved_assumed", "unresolved", "open"]
 REASONS = ("handoff", "thumbs_down", "low_csat", "recontact")
@@ -44,11 +57,15 @@ REASONS = ("handoff", "thumbs_down", "low_csat", "recontact")
 @dataclass(frozen=True)
 class Outcome:
     """One conversation's outcome: ``state`` and, for ``unresolved``, every ``reasons`` that
-    made it so (of ``handoff``, ``thumbs_down``, ``low_csat``, ``recontact``)."""
+    made it so (of ``handoff``, ``thumbs_down``, ``low_csat``, ``recontact``). ``started_at``:
+    the conversation's start; ``settles_at``: for a resolution, when it stops being open (the
+    first whole hour at or after its window's end), ``None`` for ``unresolved``."""
 
     conversation_id: Any
     state: OutcomeState
     reasons: tuple[str, ...] = ()
+    started_at: datetime | None = None
+    settles_at: datetime | None = None
 
 
 @dataclass
@@ -85,13 +102,37 @@ def _same_topic(a: _Session, b: _Session) -> bool:
     return not a.topics or not b.topics or bool(a.topics & b.topics)
 
 
+def settle_time(last_at: datetime, window: timedelta) -> datetime:
+    """When a conversation whose last message was at ``last_at`` settles: the first whole hour
+    (UTC) at or after ``last_at + window``."""
+    end = last_at + window
+    seconds = int(end.timestamp())
+    top = seconds - seconds % 3600
+    if top < end.timestamp():
+        top += 3600
+    return datetime.fromtimestamp(top, tz=UTC)
+
+
 def conversation_outcomes(
     *, since: datetime, until: datetime, now: datetime | None = None, window_h: float | None = None
 ) -> list[Outcome]:
-    """The outcome of every conversation that started in ``[since, until)`` and had at least one
-    bot answer (see the module docstring). ``window_h``: the recontact window in hours (default
-    ``KEFU_RESOLUTION_WINDOW_H``). Three queries, whatever the number of conversations."""
+    """The outcome, at ``now`` (default: now), of every conversation that started in
+    ``[since, until)`` and had at least one bot answer (see the module docstring). ``window_h``:
+    the recontact window in hours (default ``KEFU_RESOLUTION_WINDOW_H``). Three queries,
+    whatever the number of conversations."""
     now = now or timezone.now()
+    return [
+        Outcome(o.conversation_id, "open", (), o.started_at, o.settles_at)
+        if o.settles_at is not None and now < o.settles_at
+        else o
+        for o in conversation_verdicts(since=since, until=until, window_h=window_h)
+    ]
+
+
+def conversation_verdicts(*, since: datetime, until: datetime, window_h: float | None = None) -> list[Outcome]:
+    """Like :func:`conversation_outcomes`, but never ``open``: a resolution is given with the
+    time it settles (``settles_at``), which may be in the future. What the stored rows say so
+    far; a later message, rating or score can change it."""
     window = timedelta(hours=settings.KEFU_RESOLUTION_WINDOW_H if window_h is None else window_h)
     idle = timedelta(seconds=settings.KEFU_SESSION_IDLE_S)
     convs = list(
@@ -144,15 +185,96 @@ def conversation_outcomes(
                     break
         if recontact:
             reasons.append("recontact")
+        started = c["created_at"]
         if reasons:
-            out.append(Outcome(c["id"], "unresolved", tuple(reasons)))
-        elif now - last_at < window:
-            out.append(Outcome(c["id"], "open"))
-        elif (c["csat_score"] or 0) >= 4 or any(r["role"] == Role.BOT and r["rating"] == "up" for r in rows):
-            out.append(Outcome(c["id"], "resolved_confirmed"))
+            out.append(Outcome(c["id"], "unresolved", tuple(reasons), started))
+            continue
+        settles = settle_time(last_at, window)
+        if (c["csat_score"] or 0) >= 4 or any(r["role"] == Role.BOT and r["rating"] == "up" for r in rows):
+            out.append(Outcome(c["id"], "resolved_confirmed", (), started, settles))
         else:
-            out.append(Outcome(c["id"], "resolved_assumed"))
+            out.append(Outcome(c["id"], "resolved_assumed", (), started, settles))
     return out
+
+
+#: A tally's key: ``(state, reasons, settles)``: ``state`` ``resolved_confirmed``,
+#: ``resolved_assumed`` or ``unresolved``; ``reasons`` comma-joined (unresolved only, else "");
+#: ``settles`` UTC epoch seconds when a resolution settles, 0 for unresolved or settled already.
+VerdictKey = tuple[str, str, int]
+
+
+@dataclass
+class OutcomeTally:
+    """Outcomes counted so that tallies add up: ``verdicts`` counts conversations by
+    :data:`VerdictKey`; ``csat`` counts satisfaction scores (1-5) of every conversation, answered
+    or not. A tally read at a given time (:meth:`summary`) gives what
+    :func:`outcomes_summary` gives for the same conversations."""
+
+    verdicts: Counter[VerdictKey] = field(default_factory=Counter)
+    csat: Counter[int] = field(default_factory=Counter)
+
+    def add(self, outcome: Outcome, *, settled_by: datetime | None = None) -> None:
+        """Count ``outcome`` (from :func:`conversation_verdicts`); its settle time is kept unless
+        it is at or before ``settled_by``."""
+        settles = outcome.settles_at
+        at = 0 if settles is None or (settled_by is not None and settles <= settled_by) else int(settles.timestamp())
+        self.verdicts[(outcome.state, ",".join(outcome.reasons), at)] += 1
+
+    def merge(self, other: OutcomeTally) -> None:
+        self.verdicts.update(other.verdicts)
+        self.csat.update(other.csat)
+
+    def summary(self, now: datetime) -> dict[str, Any]:
+        """The figures at ``now``; the shape is :func:`outcomes_summary`'s."""
+        count = dict.fromkeys(("resolved_confirmed", "resolved_assumed", "unresolved", "open"), 0)
+        by_reason = dict.fromkeys(REASONS, 0)
+        when = now.timestamp()
+        for (state, reasons, settles), n in self.verdicts.items():
+            if state == "unresolved":
+                for reason in reasons.split(","):
+                    by_reason[reason] += n
+            elif settles > when:
+                state = "open"
+            count[state] += n
+        total = sum(count.values())
+        settled = total - count["open"]
+        responses = sum(self.csat.values())
+        resolved = count["resolved_confirmed"] + count["resolved_assumed"]
+        return {
+            "conversations": total,
+            "open": count["open"],
+            "settled": settled,
+            "resolved_confirmed": count["resolved_confirmed"],
+            "resolved_assumed": count["resolved_assumed"],
+            "unresolved": count["unresolved"],
+            "unresolved_by_reason": by_reason,
+            "resolution_rate": resolved / settled if settled else None,
+            "confirmed_resolution_rate": count["resolved_confirmed"] / settled if settled else None,
+            "csat": {
+                "responses": responses,
+                "average": sum(s * n for s, n in self.csat.items()) / responses if responses else None,
+                "distribution": {str(s): self.csat.get(s, 0) for s in range(1, 6)},
+                "satisfied_share": (self.csat[4] + self.csat[5]) / responses if responses else None,
+            },
+        }
+
+
+def outcome_tallies(
+    *, since: datetime, until: datetime, bucket: Callable[[datetime], int], settled_by: datetime | None = None
+) -> dict[int, OutcomeTally]:
+    """Tallies of the conversations started in ``[since, until)``, by the bucket ``bucket``
+    names for a conversation's start (Ops: the hour's UTC epoch seconds). Only buckets with a
+    conversation appear. Settle times at or before ``settled_by`` are not kept (see
+    :meth:`OutcomeTally.add`). Four queries."""
+    tallies: dict[int, OutcomeTally] = defaultdict(OutcomeTally)
+    for o in conversation_verdicts(since=since, until=until):
+        assert o.started_at is not None
+        tallies[bucket(o.started_at)].add(o, settled_by=settled_by)
+    scores = Conversation.objects.filter(created_at__gte=since, created_at__lt=until, csat_score__isnull=False)
+    for started, score in scores.order_by().values_list("created_at", "csat_score"):
+        if score is not None:
+            tallies[bucket(started)].csat[int(score)] += 1
+    return dict(tallies)
 
 
 def outcomes_summary(*, since: datetime, until: datetime, now: datetime | None = None) -> dict[str, Any]:
@@ -165,35 +287,5 @@ def outcomes_summary(*, since: datetime, until: datetime, now: datetime | None =
     a conversation with several reasons counts once in ``unresolved`` and under each reason;
     ``satisfied_share`` is the share of scores of 4 or 5 (the usual CSAT figure); the CSAT
     figures cover every conversation of the period with a score."""
-    outcomes = conversation_outcomes(since=since, until=until, now=now)
-    count = {
-        s: sum(1 for o in outcomes if o.state == s)
-        for s in ("resolved_confirmed", "resolved_assumed", "unresolved", "open")
-    }
-    settled = len(outcomes) - count["open"]
-    by_reason = {r: sum(1 for o in outcomes if r in o.reasons) for r in REASONS}
-    scores = [
-        int(score)
-        for score in Conversation.objects.filter(
-            created_at__gte=since, created_at__lt=until, csat_score__isnull=False
-        ).values_list("csat_score", flat=True)
-        if score is not None
-    ]
-    resolved = count["resolved_confirmed"] + count["resolved_assumed"]
-    return {
-        "conversations": len(outcomes),
-        "open": count["open"],
-        "settled": settled,
-        "resolved_confirmed": count["resolved_confirmed"],
-        "resolved_assumed": count["resolved_assumed"],
-        "unresolved": count["unresolved"],
-        "unresolved_by_reason": by_reason,
-        "resolution_rate": resolved / settled if settled else None,
-        "confirmed_resolution_rate": count["resolved_confirmed"] / settled if settled else None,
-        "csat": {
-            "responses": len(scores),
-            "average": sum(scores) / len(scores) if scores else None,
-            "distribution": {str(n): scores.count(n) for n in range(1, 6)},
-            "satisfied_share": sum(1 for s in scores if s >= 4) / len(scores) if scores else None,
-        },
-    }
+    tally = outcome_tallies(since=since, until=until, bucket=lambda _: 0).get(0, OutcomeTally())
+    return tally.summary(now or timezone.now())

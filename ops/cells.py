@@ -24,10 +24,11 @@ from django.db.models import Count, OuterRef, Subquery, Sum
 
 from cache_layer.models import CacheAudit
 from chat.models import Conversation, ConversationStatus, Message, Role, Route
+from chat.outcomes import OutcomeTally, outcome_tallies
 from routing.models import UpstreamCall
 
 from .histogram import Hist
-from .models import AnswerRollup, CallRollup, FaqRollup, QueueSample, RolledHour, TierRollup
+from .models import AnswerRollup, CallRollup, FaqRollup, OutcomeRollup, QueueSample, RolledHour, TierRollup
 
 HOUR = 3600
 #: Five minutes: short windows' buckets, read from raw rows only.
@@ -537,3 +538,40 @@ def faq_totals(window: Window) -> dict[int, FaqAgg]:
         for r in rows:
             totals.setdefault(r["faq_entry_id"], FaqAgg()).merge(FaqAgg(r["n"], r["up"], r["down"]))
     return totals
+
+
+def window_outcomes(start: datetime, end: datetime, *, use_rollups: bool = True) -> OutcomeTally:
+    """The outcomes of the conversations started in ``[start, end)`` (``chat.outcomes``) as one
+    tally: whole hours whose outcomes are rolled up (``RolledHour.outcomes_at`` set) from
+    ``OutcomeRollup`` and the hours' CSAT counts, everything else from the raw rows
+    (``use_rollups=False``: all raw). Read it at a time with ``OutcomeTally.summary``: a
+    resolution is open or settled by its stored settle time, so the figures are those of the raw
+    rows either way."""
+    tally = OutcomeTally()
+    first, last = epoch(ceil_to(start, HOUR)), epoch(floor_to(end, HOUR))
+    raw: list[tuple[datetime, datetime]] = [(start, end)]
+    if use_rollups and first < last:
+        rolled: set[int] = set()
+        for hour, *scores in (
+            RolledHour.objects.filter(hour__gte=first, hour__lt=last, outcomes_at__isnull=False)
+            .order_by()
+            .values_list("hour", "csat_1", "csat_2", "csat_3", "csat_4", "csat_5")
+        ):
+            rolled.add(hour)
+            for score, n in enumerate(scores, start=1):
+                if n:
+                    tally.csat[score] += n
+        rows = OutcomeRollup.objects.filter(hour__gte=first, hour__lt=last).order_by()
+        for hour, state, reasons, settles, n in rows.values_list(
+            "hour", "state", "reasons", "settles", "conversations"
+        ):
+            if hour in rolled:  # an hour rolled after ``rolled`` was read is read raw below
+                tally.verdicts[(state, reasons, settles)] += n
+        raw = [(start, at(first))] if start < at(first) else []
+        raw.extend((at(lo), at(hi)) for lo, hi in _runs(h for h in range(first, last, HOUR) if h not in rolled))
+        if at(last) < end:
+            raw.append((at(last), end))
+    for lo, hi in raw:
+        for part in outcome_tallies(since=lo, until=hi, bucket=lambda _: 0).values():
+            tally.merge(part)
+    return tally

@@ -47,6 +47,14 @@ class RolledHour(models.Model):
     queue_samples = models.PositiveIntegerField(default=0)
     queue_waiting_max = models.PositiveIntegerField(default=0)
     queue_with_agent_max = models.PositiveIntegerField(default=0)
+    # The satisfaction scores (1-5) of the conversations started in the hour, and when the
+    # hour's outcomes (these and ``OutcomeRollup``) were last read from the rows.
+    csat_1 = models.PositiveIntegerField(default=0)
+    csat_2 = models.PositiveIntegerField(default=0)
+    csat_3 = models.PositiveIntegerField(default=0)
+    csat_4 = models.PositiveIntegerField(default=0)
+    csat_5 = models.PositiveIntegerField(default=0)
+    outcomes_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["-hour"]
@@ -131,6 +139,27 @@ class FaqRollup(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["hour", "faq_entry_id"], name="faqrollup_unique_hour_entry")]
+
+
+class OutcomeRollup(models.Model):
+    """Outcomes of the conversations started in one hour (``chat.outcomes.OutcomeTally``): how
+    many have each ``state`` (``resolved_confirmed``, ``resolved_assumed``, ``unresolved``) with
+    its ``reasons`` (comma-joined, unresolved only) and, for a resolution still open when the
+    hour was rolled, when it ``settles`` (UTC epoch seconds; 0: unresolved, or settled already).
+    Whether a resolution is open is decided when the figures are read, from ``settles``."""
+
+    hour = models.BigIntegerField(help_text=HOUR_HELP)
+    state = models.CharField(max_length=24)
+    reasons = models.CharField(max_length=64, blank=True)
+    settles = models.BigIntegerField(default=0)
+    conversations = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "state", "reasons", "settles"], name="outcomerollup_unique_hour_key"
+            )
+        ]
 
 
 class QueueSample(models.Model):

@@ -36,11 +36,10 @@ from django.utils import timezone
 
 from cache_layer.audit import COUNTED, FALSE_HITS, wilson_interval
 from chat.models import Conversation, ConversationStatus, Message, Role
-from chat.outcomes import outcomes_summary
 from routing.breaker import BREAKER_FAILURES
 from routing.models import BudgetCounter, Outcome, Purpose, UpstreamCall, Variant
 
-from .cells import MICRO, agent_queue_now, window_cells
+from .cells import MICRO, agent_queue_now, window_cells, window_outcomes
 from .histogram import Hist
 
 #: Newest answers per variant read for the canary's percentiles (bounds the work of one page).
@@ -190,7 +189,7 @@ def summary(
         "handoffs": {"answers": counts.get("handoff", 0), "waiting_now": waiting, "with_agent_now": with_agent},
         # Conversations started in the window, resolved or not (chat.outcomes: strict, confirmed
         # and assumed apart, open until their recontact window passed); CSAT scores.
-        "outcomes": outcomes_summary(since=start, until=end),
+        "outcomes": window_outcomes(start, end, use_rollups=use_rollups).summary(timezone.now()),
         "budgets": budgets_now(today=timezone.localdate(end)),
         "source": {
             "rolled_hours": window.rolled_hours,

@@ -377,7 +377,7 @@ def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: o
     if not isinstance(message_id, int) or isinstance(message_id, bool):
         raise InvalidFeedback("message_id must be an integer")
     updated = Message.objects.filter(pk=message_id, conversation_id=conversation_id, role=Role.BOT).update(
-        rating=rating
+        rating=rating, rated_at=timezone.now()
     )
     if not updated:
         raise InvalidFeedback("no such bot message in this conversation")

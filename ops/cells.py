@@ -455,7 +455,7 @@ def rolled_cells(
     return rolled
 
 
-def _runs(hours: Iterable[int]) -> Iterator[tuple[int, int]]:
+def runs_of(hours: Iterable[int]) -> Iterator[tuple[int, int]]:
     """Consecutive hours (epoch seconds) joined into ``[start, end)`` ranges."""
     run: list[int] = []
     for h in hours:
@@ -513,7 +513,7 @@ def window_cells(
     raw_ranges: list[tuple[datetime, datetime]] = []
     if start < at(first):
         raw_ranges.append((start, at(first)))
-    raw_ranges.extend((at(lo), at(hi)) for lo, hi in _runs(h for h in range(first, last, HOUR) if h not in rolled))
+    raw_ranges.extend((at(lo), at(hi)) for lo, hi in runs_of(h for h in range(first, last, HOUR) if h not in rolled))
     if at(last) < end:
         raw_ranges.append((at(last), end))
     for lo, hi in raw_ranges:
@@ -568,7 +568,7 @@ def window_outcomes(start: datetime, end: datetime, *, use_rollups: bool = True)
             if hour in rolled:  # an hour rolled after ``rolled`` was read is read raw below
                 tally.verdicts[(state, reasons, settles)] += n
         raw = [(start, at(first))] if start < at(first) else []
-        raw.extend((at(lo), at(hi)) for lo, hi in _runs(h for h in range(first, last, HOUR) if h not in rolled))
+        raw.extend((at(lo), at(hi)) for lo, hi in runs_of(h for h in range(first, last, HOUR) if h not in rolled))
         if at(last) < end:
             raw.append((at(last), end))
     for lo, hi in raw:

@@ -28,6 +28,7 @@ import math
 from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
+from itertools import pairwise
 from typing import Any
 
 from django.conf import settings
@@ -39,8 +40,9 @@ from chat.models import Conversation, ConversationStatus, Message, Role
 from routing.breaker import BREAKER_FAILURES
 from routing.models import BudgetCounter, Outcome, Purpose, UpstreamCall, Variant
 
-from .cells import MICRO, agent_queue_now, window_cells, window_outcomes
+from .cells import MICRO, agent_queue_now, at, runs_of, window_cells, window_outcomes
 from .histogram import Hist
+from .models import AnswerRollup, CallRollup, RolledHour
 
 #: Newest answers per variant read for the canary's percentiles (bounds the work of one page).
 MAX_SAMPLES = 20_000
@@ -268,33 +270,72 @@ def budgets_now(*, today: Any = None) -> dict[str, Any]:
 
 
 def totals() -> dict[str, Any]:
-    """All-time running totals for ``/metrics`` (Prometheus counters): answers by route,
-    upstream calls by tier / purpose / outcome with their USD, and USD saved by route; plus the
-    conversations waiting for / held by an agent now and how long the longest has waited, in
-    seconds (gauges)."""
-    answers = list(
-        Message.objects.filter(role=Role.BOT)
-        .exclude(route="")
-        .values("route")
-        .annotate(n=Count("id"), saved=Sum("saved_usd"))
-        .order_by("route")
-    )
-    calls = list(
-        UpstreamCall.objects.values("tier", "purpose", "outcome")
-        .annotate(n=Count("id"), usd=Sum("cost_usd"))
-        .order_by("tier", "purpose", "outcome")
-    )
+    """All-time running totals for ``/metrics`` (Prometheus counters): ``answers`` as
+    ``[(route, count, saved USD)]`` and ``calls`` as ``[(tier, purpose, outcome, count, USD)]``,
+    sorted; plus ``waiting`` / ``with_agent``: conversations waiting for / held by an agent now,
+    and ``oldest_wait_s``: how long the longest has waited, seconds (gauges).
+
+    Rolled-up hours are summed from Ops' rollups (small tables), the rest — before the first
+    rolled hour, gaps, the current hour — from the raw rows, so a scrape does not scan millions
+    of rows and the totals are the raw rows' (a ledger row written into an hour already rolled
+    is counted at the next 5-minute roll). USD summed in micro-dollars, exactly."""
+    answers: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # route: [answers, saved micro-USD]
+    calls: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])  # [calls, cost micro-USD]
+    rolled = sorted(RolledHour.objects.values_list("hour", flat=True))
+    raw: list[Q] = [Q()]
+    if rolled:
+        rolled_answers = AnswerRollup.objects.values("route").annotate(n=Sum("answers"), usd=Sum("saved_micro_usd"))
+        for route, n, usd in rolled_answers.order_by().values_list("route", "n", "usd"):
+            answers[route][0] += n
+            answers[route][1] += usd
+        rolled_calls = CallRollup.objects.values("tier", "purpose", "outcome").annotate(
+            n=Sum("calls"), usd=Sum("cost_micro_usd")
+        )
+        for tier, purpose, outcome, n, usd in rolled_calls.order_by().values_list(
+            "tier", "purpose", "outcome", "n", "usd"
+        ):
+            calls[(tier, purpose, outcome)][0] += n
+            calls[(tier, purpose, outcome)][1] += usd
+        runs = list(runs_of(rolled))
+        raw = [Q(created_at__lt=at(runs[0][0]))]
+        raw += [Q(created_at__gte=at(hi), created_at__lt=at(lo)) for (_, hi), (lo, _) in pairwise(runs)]
+        raw.append(Q(created_at__gte=at(runs[-1][1])))
+    for span in raw:
+        raw_answers = (
+            Message.objects.filter(span, role=Role.BOT)
+            .exclude(route="")
+            .values("route")
+            .annotate(n=Count("id"), saved=Sum("saved_usd"))
+        )
+        for route, n, saved in raw_answers.order_by().values_list("route", "n", "saved"):
+            answers[route][0] += n
+            answers[route][1] += _micro(saved)
+        raw_calls = (
+            UpstreamCall.objects.filter(span)
+            .values("tier", "purpose", "outcome")
+            .annotate(n=Count("id"), usd=Sum("cost_usd"))
+        )
+        for tier, purpose, outcome, n, cost in raw_calls.order_by().values_list(
+            "tier", "purpose", "outcome", "n", "usd"
+        ):
+            calls[(tier, purpose, outcome)][0] += n
+            calls[(tier, purpose, outcome)][1] += _micro(cost)
     waiting, with_agent = agent_queue_now()
     oldest = Conversation.objects.filter(
         status=ConversationStatus.WAITING_AGENT, waiting_since__isnull=False
     ).aggregate(oldest=Min("waiting_since"))["oldest"]
     return {
         "oldest_wait_s": (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0,
-        "answers": [(r["route"], r["n"], _usd(r["saved"])) for r in answers],
-        "calls": [(r["tier"], r["purpose"], r["outcome"], r["n"], _usd(r["usd"])) for r in calls],
+        "answers": [(route, n, usd / MICRO) for route, (n, usd) in sorted(answers.items())],
+        "calls": [(*key, n, usd / MICRO) for key, (n, usd) in sorted(calls.items())],
         "waiting": waiting,
         "with_agent": with_agent,
     }
+
+
+def _micro(usd: Decimal | float | None) -> int:
+    """A raw sum of USD (a ``Decimal``; a float on SQLite) in integer micro-dollars."""
+    return 0 if usd is None else round(Decimal(str(usd)).scaleb(6))
 
 
 def _rate(count: int, of: int) -> dict[str, Any]:

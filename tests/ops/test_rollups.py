@@ -528,3 +528,24 @@ def test_cells_merge_exactly() -> None:
     a.merge(b)
     assert a.start == 0 and a.queue_waiting_max == 4 and a.audits == {"same": 1}
     assert a.answers["faq"].saved_micro == 250_001
+
+
+def test_metrics_totals_read_rolled_hours_and_raw_rows_alike(day: Day) -> None:
+    raw = ops.totals()
+    # The day's 12 answers (two outside its window too) and 8 ledger rows, all raw.
+    assert sum(n for _, n, _ in raw["answers"]) == 12 and sum(n for *_, n, _ in raw["calls"]) == 8
+    assert ("simple", "answer", "ok", 2, 0.8) in raw["calls"]
+    # Hour 1 rolled alone: hour 0 is before the first rolled hour, hour 2 after it; then hour 0
+    # and hour 2 rolled with a gap between (hour 1's rollup deleted): the totals never change.
+    hours_roll(day.h0 + timedelta(hours=1), day.h0 + timedelta(hours=2))
+    assert ops.totals() == raw
+    hours_roll(day.h0, day.end)
+    RolledHour.objects.filter(hour=epoch(day.h0) + HOUR).delete()
+    AnswerRollup.objects.filter(hour=epoch(day.h0) + HOUR).delete()
+    CallRollup.objects.filter(hour=epoch(day.h0) + HOUR).delete()
+    assert ops.totals() == raw
+    # A row in the current hour is counted at once.
+    day.call(timezone.now(), "complex", prompt_tokens=10, cost_usd=Decimal("0.020000"))
+    after = ops.totals()
+    assert ("complex", "answer", "ok", 1, 0.02) in after["calls"]
+    assert sum(n for *_, n, _ in after["calls"]) == 9

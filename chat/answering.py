@@ -432,7 +432,7 @@ async def answer_message(
 
     try:
         bot, epoch = await database_sync_to_async(services.bot_message_begin)(
-            conversation_id=cid, reply_to_seq=message.seq, route=answer.route
+            conversation_id=cid, reply_to_seq=message.seq, route=answer.route, variant=answer.variant
         )
     except errors.AgentHolds:  # taken over since the message was claimed: the bot stays silent
         await answer.close()

@@ -122,6 +122,7 @@ async def finish_orphaned_answers() -> int:
                 question=orphan.question.text if orphan.question is not None else "",
                 text=row.text,
                 started_at=row.created_at,
+                variant=row.variant,
             )
         except Exception:  # the cost estimate must not stop the shopper's answer
             log.exception("recording the lost call of answer %s failed", row.pk)

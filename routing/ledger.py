@@ -243,12 +243,14 @@ def lost_call_record(
     question: str,
     received_text: str,
     since: datetime | None = None,
+    variant: str = CURRENT,
 ) -> Decimal:
     """Write the ledger row of a call whose process died while it streamed (kill -9, OOM): no
     attempt ever ended to record it, yet the upstream bills it. Tokens are estimated and the row
     says so (``estimated``, ``outcome`` ``failed``, ``error_code`` ``process_died``): prompt =
     :data:`TYPICAL_PROMPT_TOKENS` + the question's tokens, completion = the tokens of the text
-    the shopper had (``received_text``), both counted with the tier model's tokenizer. Blocking
+    the shopper had (``received_text``), both counted with the tier model's tokenizer; the row
+    names ``variant``'s model (``candidate``: the tier's canary candidate) at its prices. Blocking
     (tokenizer, database). Returns the estimated cost in USD (0 and no row when the call was
     recorded after all: a process that stopped gracefully records its abandoned calls itself; it
     looks for such a row of ``message_id`` from ``since`` on). Raises ``KeyError`` for an unknown tier."""
@@ -260,14 +262,15 @@ def lost_call_record(
         ).exists()
     ):
         return Decimal(0)
-    model = tier_model(tier)
+    model = tier_model(tier, variant)
     prompt = TYPICAL_PROMPT_TOKENS + (count_tokens(question, model) if question else 0)
     completion = count_tokens(received_text, model) if received_text else 0
-    usd = cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)
+    usd = cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion, variant=variant)
     UpstreamCall.objects.create(
         conversation_id=conversation_id,
         message_id=message_id,
         tier=tier,
+        variant=variant,
         model=model[:100],
         prompt_tokens=prompt,
         completion_tokens=completion,

@@ -144,6 +144,14 @@ class Answer:
         return self._decision.locale
 
     @property
+    def variant(self) -> str:
+        """Which deployment of the tier a remote answer was sent to (``current``, or
+        ``candidate``: its canary candidate, routing.canary); "" when no model answers. It may
+        change while streaming (a candidate that fails before its first token is followed by the
+        tier's own model): the ``AnswerRecord`` says which answered."""
+        return self._decision.variant if self._remote else ""
+
+    @property
     def reason(self) -> str:
         return self._decision.reason
 
@@ -355,6 +363,7 @@ def answer_lost(
     question: str,
     text: str,
     started_at: datetime | None = None,
+    variant: str = "",
 ) -> Decimal:
     """An answer whose process died while it streamed (Chat's orphan sweep found it): when it came
     from a remote tier (``route`` ``llm.<tier>``), write that call's ledger row, estimated from
@@ -362,7 +371,8 @@ def answer_lost(
     its estimated cost in USD; other routes cost nothing (0). Blocking: call in a thread.
     ``question_message_id``: the shopper message it answered; ``started_at``: when the answer's
     row was written (a call recorded since, by a process that stopped gracefully, is not counted
-    twice)."""
+    twice); ``variant``: the deployment it was sent to (``candidate``: the tier's canary
+    candidate, priced and named as such; else the tier's own model)."""
     tier = route.removeprefix("llm.")
     if not route.startswith("llm.") or tier not in settings.KEFU_TIERS:
         return Decimal(0)
@@ -373,6 +383,7 @@ def answer_lost(
         question=question,
         received_text=text,
         since=started_at,
+        variant=variant or "current",
     )
 
 

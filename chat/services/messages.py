@@ -146,8 +146,12 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
             return msg, conv
 
 
-def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: str) -> tuple[Message, int]:
-    """Create the row of a bot answer that is about to stream (state ``streaming``, empty text).
+def bot_message_begin(
+    *, conversation_id: uuid.UUID, reply_to_seq: int, route: str, variant: str = ""
+) -> tuple[Message, int]:
+    """Create the row of a bot answer that is about to stream (state ``streaming``, empty text),
+    with its ``route`` and ``variant`` (the deployment of a remote tier it was sent to: a sweep
+    that finds it orphaned books the lost call to that deployment).
 
     Returns the row and the conversation's ``owner_epoch`` read under the same row lock: the
     fencing epoch the stream runs under (see ``chat.fencing``). Raises ``AgentHolds`` (and writes
@@ -165,6 +169,7 @@ def bot_message_begin(*, conversation_id: uuid.UUID, reply_to_seq: int, route: s
             seq=seq,
             role=Role.BOT,
             route=route,
+            variant=variant,
             state=MessageState.STREAMING,
             reply_to_seq=reply_to_seq,
             lease_until=timezone.now() + timedelta(seconds=settings.KEFU_ANSWER_LEASE_S),

@@ -422,3 +422,52 @@ async def test_a_staff_decision_starts_a_new_count(settings, faq, remote, candid
     await ledger.flush()
     assert len(candidate.requests) == 3
     assert (await canary.status_async("simple")).state == "canary"  # type: ignore[union-attr]
+
+
+async def test_a_candidates_answer_lost_with_its_process_is_booked_to_the_candidate(
+    make_client, faq, remote, candidate
+) -> None:
+    """The streaming row says which deployment it was sent to, so when its process dies (kill -9)
+    the sweep books the lost call to the candidate, at the candidate's prices."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat import sweeper
+    from chat.models import Message
+    from routing.ledger import cost_usd
+
+    candidate.push(Behaviour(text="Yes, it dims with the switch on its cord.", token_ms=300))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(PRODUCT_Q)
+    delta = (await shopper.until("stream.delta"))[-1]
+    streaming = await database_sync_to_async(Message.objects.get)(pk=delta["id"])
+    assert (streaming.state, streaming.route, streaming.variant) == ("streaming", "llm.simple", "candidate")
+    await shopper.until("stream.end")
+
+    # The same row as a process killed mid-answer leaves it: streaming, its lease run out.
+    @database_sync_to_async
+    def killed() -> Message:
+        conv = Conversation.objects.create(token_hash="k" * 64)
+        question = Message.objects.create(conversation=conv, seq=1, role="shopper", text=PRODUCT_Q)
+        bot = Message.objects.create(
+            conversation=conv, seq=2, role="bot", route="llm.simple", variant="candidate", state="streaming"
+        )
+        Message.objects.filter(pk=bot.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+        Conversation.objects.filter(pk=conv.pk).update(last_seq=2, answered_seq=1)
+        return question
+
+    question = await killed()
+    candidate.push(Behaviour(text="Yes, it dims."))  # the question is answered again
+    assert await sweeper.finish_orphaned_answers() == 1
+    lost = await database_sync_to_async(UpstreamCall.objects.get)(
+        conversation_id=question.conversation_id, error_code="process_died"
+    )
+    assert (lost.tier, lost.variant, lost.model, lost.estimated) == ("simple", "candidate", "fake-candidate", True)
+    # At the candidate's prices ($1.00/M in), not the tier's ($0.28/M): the shopper had no text.
+    assert lost.completion_tokens == 0
+    assert lost.cost_usd == cost_usd(
+        tier="simple", prompt_tokens=lost.prompt_tokens, completion_tokens=0, variant="candidate"
+    )
+    assert lost.cost_usd == (Decimal(lost.prompt_tokens) / 1_000_000).quantize(Decimal("0.000001"))

@@ -135,3 +135,18 @@ def test_the_summary_counts_rates_and_csat_exactly() -> None:
             "satisfied_share": 2 / 3,
         },
     }
+
+
+def test_conversations_read_a_chunk_at_a_time_give_the_same_outcomes(monkeypatch: Any) -> None:
+    """A month holds hundreds of thousands of conversations: they are read CHUNK at a time (one
+    query's parameters stay bounded); a recontact in a conversation of another chunk still counts."""
+    from chat import outcomes
+
+    first = conversation(asked(), answered(faq=7), customer="cust-1")
+    later = conversation(asked(), answered(faq=7), customer="cust-1", start=T0 + timedelta(hours=30))
+    plain = conversation(asked(), answered(rating="up"))
+    whole = states()
+    monkeypatch.setattr(outcomes, "CHUNK", 1)
+    assert states() == whole
+    assert whole[first] == ("unresolved", ("recontact",)) and whole[plain] == ("resolved_confirmed", ())
+    assert later not in whole  # it started after the window: only its recontact counts

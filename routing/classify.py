@@ -38,6 +38,9 @@ class Classified:
     hit: cache.CacheHit | None = None
     # The tier classifier's verdict for a remote-bound message.
     tier: TierDecision | None = None
+    # The FAQ's trained state it was computed with (``registry.snapshot``): a prefetched
+    # classification is used only while that state is still the current one.
+    faq_state: object | None = None
 
 
 def classify(text: str, locale: str) -> Classified:
@@ -56,7 +59,7 @@ def classify(text: str, locale: str) -> Classified:
     vector = embed_batched([norm])[0] if norm else None
     snapshot = registry.snapshot
     model, scope = snapshot.model, snapshot.scope
-    out = Classified()
+    out = Classified(faq_state=snapshot)
     # The FAQ answers only in a language it has entries for: a question in another language goes
     # on to a remote model, which answers in it (or to a person), grounded on the entries it matches.
     if model is not None and locale in snapshot.locales:
@@ -102,12 +105,17 @@ def prefetch(*, text: str, conversation_locale: str) -> None:
 
 
 async def classified(text: str, locale: str) -> Classified:
+    """``classify(text, locale)``: the prefetched result when there is one, computed with the FAQ
+    as it is now (a retrain or reload since makes it stale: computed again); else computed now,
+    in a worker thread. Raises what ``classify`` raises."""
     future = _prefetched.pop((text, locale), None)
     if future is not None:
         try:
-            return await future
+            result = await future
         except Exception:  # a failed prefetch is retried below, where errors reach the caller
-            pass
+            result = None
+        if result is not None and result.faq_state is registry.snapshot:
+            return result
     return await asyncio.to_thread(classify, text, locale)
 
 

@@ -246,3 +246,19 @@ def test_a_killed_server_leaves_no_trainer_process_behind(tmp_path):
         time.sleep(0.2)
     else:
         pytest.fail(f"the trainer process {child} outlived its server")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_classification_prefetched_before_the_faq_changed_is_not_used(faq: Any) -> None:
+    """A message's classification starts as it arrives (routing.classify.prefetch); one that is
+    never consumed (a resent duplicate) must not answer a later message with the FAQ as it was."""
+    from routing import classify
+
+    classify.prefetch(text="do you accept paypal?", conversation_locale="en")
+    stale = await classify._prefetched[("do you accept paypal?", "en")]
+    assert stale.match is not None and stale.match.accepted  # the FAQ as it was: it answers
+    registry.model = None  # then the FAQ changes (here: unloaded) before anyone consumes it
+    now = await classify.classified("do you accept paypal?", "en")
+    assert now.match is None and now.faq_state is registry.snapshot
+    assert ("do you accept paypal?", "en") not in classify._prefetched

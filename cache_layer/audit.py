@@ -25,6 +25,7 @@ import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 from django.db import transaction
@@ -264,9 +265,10 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def false_hit_rates() -> list[IntentRate]:
-    """Per intent, from every :class:`CacheAudit` row: counts, rate and Wilson 95% interval
-    (:class:`IntentRate`), the intent with the most counted rows first (then by name).
+def false_hit_rates(*, start: datetime | None = None, end: datetime | None = None) -> list[IntentRate]:
+    """Per intent, from every :class:`CacheAudit` row (or those opened in ``[start, end)``):
+    counts, rate and Wilson 95% interval (:class:`IntentRate`), the intent with the most counted
+    rows first (then by name).
 
     Caveat: ``agent_wrong`` rows are not a random sample (agents see some conversations, not a
     draw), so adding them to the sampled rows makes the rate lean high: an upper-leaning estimate,
@@ -274,7 +276,12 @@ def false_hit_rates() -> list[IntentRate]:
     One aggregate query.
     """
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for r in CacheAudit.objects.values("intent", "verdict").annotate(k=Count("id")).order_by():
+    rows = CacheAudit.objects.all()
+    if start is not None:
+        rows = rows.filter(created_at__gte=start)
+    if end is not None:
+        rows = rows.filter(created_at__lt=end)
+    for r in rows.values("intent", "verdict").annotate(k=Count("id")).order_by():
         counts[r["intent"]][r["verdict"]] += int(r["k"])
     out = []
     for intent, by_verdict in counts.items():

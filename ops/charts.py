@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cache_layer.audit import false_hit_rates
 from routing.ledger import cost_usd
 from routing.models import FaqEntry
 
@@ -29,6 +30,8 @@ FINE_UP_TO = 3 * HOUR
 HOURLY_UP_TO = 8 * DAY
 #: FAQ entries listed, most thumbs-down first.
 FAQ_ROWS = 20
+#: Cache intents listed, most false hits first.
+INTENT_ROWS = 20
 #: The tier all-``complex`` prices at.
 BASELINE_TIER = "complex"
 
@@ -162,6 +165,27 @@ def _faq_rows(totals: dict[int, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _intent_rows(start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """The measured false-hit rate of the semantic cache per intent (the cache's slots) over the
+    cache audits opened in the window: read from the audit rows themselves (a sample of the
+    hits, so few), the intents with the most false hits first."""
+    rates = sorted(
+        false_hit_rates(start=start, end=end), key=lambda r: (-(r.different + r.agent_wrong), -r.n, r.intent)
+    )
+    return [
+        {
+            "intent": r.intent,
+            "counted": r.n,
+            "false_hits": r.different + r.agent_wrong,
+            "false_hit_rate": round(r.rate, 4) if r.n else None,
+            "low": round(r.low, 4),
+            "high": round(r.high, 4),
+            "errors": r.errors,
+        }
+        for r in rates[:INTENT_ROWS]
+    ]
+
+
 def series(
     *, start: datetime, end: datetime, tz: ZoneInfo, step: int | None = None, use_rollups: bool = True
 ) -> dict[str, Any]:
@@ -175,6 +199,7 @@ def series(
          "cache": {"hit_rate", "false_hit_rate", "audits"},
          "ratings": {"t": [epoch s], "down_rate": {label: [rate]}, "rated": {label: [n]}},
          "faq": [{"id", "intent", "locale", "question", "answers", "up", "down", "down_rate"}],
+         "cache_intents": [{"intent", "counted", "false_hits", "false_hit_rate", "low", "high", "errors"}],
          "source": {"rolled_hours", "raw_ranges"}}
 
     Every list but ``money``'s and ``ratings``' is aligned with ``t``; ``null`` where a bucket has
@@ -232,6 +257,7 @@ def series(
         "cache": {"hit_rate": hit_rate, "false_hit_rate": false_rate, "audits": audits},
         "ratings": _ratings(coarse),
         "faq": _faq_rows(faq_totals(window)),
+        "cache_intents": _intent_rows(start, end),
         "source": {
             "rolled_hours": window.rolled_hours,
             "raw_ranges": [[int(lo.timestamp()), int(hi.timestamp())] for lo, hi in window.raw_ranges],

@@ -228,6 +228,36 @@
     });
   }
 
+  function intentTable(d) {
+    var body = document.querySelector("#cache-intents tbody");
+    if (!body) { return; }
+    body.textContent = "";
+    var rows = d.cache_intents || [];
+    if (!rows.length) {
+      var tr0 = document.createElement("tr");
+      var td0 = document.createElement("td");
+      td0.colSpan = 5;
+      td0.textContent = "No cache audits in this window.";
+      tr0.appendChild(td0);
+      body.appendChild(tr0);
+      return;
+    }
+    rows.forEach(function (r) {
+      var tr = document.createElement("tr");
+      var th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = r.intent;
+      tr.appendChild(th);
+      [String(r.counted), String(r.false_hits), percent(null, r.false_hit_rate),
+        percent(null, r.low) + " – " + percent(null, r.high)].forEach(function (text) {
+        var td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+  }
+
   function stepName(step) {
     return step === 300 ? "5 minutes" : step === 3600 ? "1 hour" : "1 day";
   }
@@ -294,6 +324,7 @@
       ratings(d);
       ttft(d);
       faqTable(d);
+      intentTable(d);
       setStatus("Buckets of " + stepName(d.window.step) + ", times in " + tz + "; " + d.source.rolled_hours +
         " hours read from the rollups, the rest from the raw rows.", false);
       root.dataset.ready = "1";

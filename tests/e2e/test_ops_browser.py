@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from chat.models import Conversation, Message
 from ops.cells import floor_to
+from cache_layer.models import CacheAudit
 from routing.ledger import cost_usd
 from routing.models import FaqEntry, UpstreamCall
 
@@ -78,6 +79,10 @@ for h in range(1, 7 * 24):  # whole hours inside the page's last 168 hours
         messages.append(bot)
 Message.objects.bulk_create(messages)
 UpstreamCall.objects.bulk_create(calls)
+# Cache audits of two intents two hours ago: one false hit of three for shipping.
+for intent, verdict in [("shipping", "same"), ("shipping", "same"), ("shipping", "different"), ("returns", "same")]:
+    audit = CacheAudit.objects.create(intent=intent, question="q", cached_question="q", cached_answer="a", verdict=verdict)
+    CacheAudit.objects.filter(pk=audit.pk).update(created_at=now - timedelta(hours=2))
 print(len(messages) // 2, len(calls))
 """
 
@@ -156,6 +161,11 @@ def test_the_dashboard_draws_its_charts_after_real_questions(live_kefu, chromium
         # The FAQ table: the test FAQ's four entries, each with its answers and ratings.
         expect(page.locator("#faq-ratings tbody tr")).to_have_count(4)
         expect(page.locator("#faq-ratings tbody")).to_contain_text("shipping_time [en]: How long does delivery take?")
+        # The semantic cache's measured false-hit rate per intent, most false hits first.
+        expect(page.locator("#cache-intents tbody tr")).to_have_count(2)
+        first = page.locator("#cache-intents tbody tr").first
+        expect(first.locator("th")).to_have_text("shipping")
+        expect(first.locator("td")).to_have_text(["3", "1", "33.3%", "6.2% – 79.2%"])
         # The figures: every seeded answer and the three real ones.
         expect(page.locator("#routes tbody tr")).to_have_count(8)
         ARTEFACTS.mkdir(parents=True, exist_ok=True)

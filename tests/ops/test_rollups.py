@@ -440,9 +440,37 @@ def test_series_api(client: Any, day: Day) -> None:
     client.force_login(staff("agent", perm=False))
     assert client.get(url).status_code == 403
     client.force_login(staff())
+    # One more audit, of another intent, and one outside the window (after its end).
+    a = CacheAudit.objects.create(
+        intent="returns", question="q", cached_question="q", cached_answer="a", verdict="same"
+    )
+    CacheAudit.objects.filter(pk=a.pk).update(created_at=day.h0 + timedelta(hours=1))
+    day.audit(day.end, "different")
     r = client.get(url)
     assert r.status_code == 200 and r["Cache-Control"] == "no-store"
     assert r.json()["answers"]["faq"] == [3, 1, 0]
+    # The measured false-hit rate per intent (the cache's slots), most false hits first: of
+    # "shipping"'s six audits four are counted (error and pending are not), two of them false.
+    assert r.json()["cache_intents"] == [
+        {
+            "intent": "shipping",
+            "counted": 4,
+            "false_hits": 2,
+            "false_hit_rate": 0.5,
+            "low": 0.15,
+            "high": 0.85,
+            "errors": 1,
+        },
+        {
+            "intent": "returns",
+            "counted": 1,
+            "false_hits": 0,
+            "false_hit_rate": 0.0,
+            "low": 0.0,
+            "high": 0.7935,
+            "errors": 0,
+        },
+    ]
     # ISO times work too (no offset: UTC), and the summary takes the same window.
     iso = f"from={day.h0.replace(tzinfo=None).isoformat()}&to={day.end.isoformat().replace('+00:00', 'Z')}"
     assert client.get(f"/ops/api/series?{iso}&step=3600").json()["t"] == r.json()["t"]

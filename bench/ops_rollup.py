@@ -9,8 +9,9 @@ conversations and messages they belong to: every remote answer (``llm.*``) has i
 (a retry before 8% of them, a fallback before 3%, 0.5% failed or stopped), and beside them the
 answers that called no model — FAQ, cache, store actions, declines and handoffs — in the mix of
 bench/replay.py's traffic; plus rewrite, summary, suggestion and audit calls, ratings on 6% of
-answers, agents' replies to 70% of handoffs, cache audits of 5% of semantic hits, and a queue
-sample each minute. Seeded (``--seed``), so two runs write the same rows.
+answers, agents' replies to 70% of handoffs, cache audits of 5% of semantic hits (four intents),
+a quarter of the conversations by signed-in customers (about four each, so some come back: the
+outcomes' recontacts), satisfaction scores on 4%, and a queue sample each minute. Seeded (``--seed``), so two runs write the same rows.
 
 Then, for the 30 days up to the last row written (the page's longest window, 720 hours, as
 ``from``/``to``: its partial first and last hours hold an hour of rows between them), three views through
@@ -69,6 +70,12 @@ ROUTES = [
 PRICES = {"simple": (0.28, 0.028, 0.42), "medium": (0.30, 0.075, 2.50), "complex": (2.00, 0.50, 8.00)}
 #: Median time to first token per route, ms (log-normal, sigma 0.5).
 TTFT = {"llm.simple": 650, "llm.medium": 900, "llm.complex": 1400, "faq": 12, "cache.exact": 6, "cache.semantic": 25}
+#: Share of conversations by a signed-in customer, and conversations per customer over the run
+#: (so that some come back within the resolution window: recontacts).
+VERIFIED = 0.25
+PER_CUSTOMER = 4
+#: Satisfaction scores 1-5 of the 4% of conversations that gave one.
+CSAT = [8, 7, 15, 30, 40]
 MTOK = Decimal(1_000_000)
 USD = Decimal("0.000001")
 
@@ -162,6 +169,8 @@ def generate(rows: int, days: int, seed: int, now: datetime) -> dict[str, int]:
     )
     tiers = ["simple", "medium", "complex"]
     message_id = 0
+    # About 0.65 conversations per ledger row (measured): customers enough for PER_CUSTOMER each.
+    customers = max(1, int(rows * 0.65 * VERIFIED / PER_CUSTOMER))
 
     def call(t: datetime, conv: uuid.UUID, msg: int | None, tier: str, **kw: Any) -> None:
         prompt = kw.pop("prompt", 0)
@@ -184,7 +193,9 @@ def generate(rows: int, days: int, seed: int, now: datetime) -> dict[str, int]:
         while calls.written + len(calls.rows) < rows:
             conv = uuid.UUID(int=rng.getrandbits(128))
             t = start + timedelta(seconds=rng.random() * span)
-            conversations.add(id=conv, token_hash="0" * 64, handoff_packet={}, created_at=t, updated_at=t)
+            conv_row: dict[str, Any] = {"id": conv, "token_hash": "0" * 64, "handoff_packet": {}, "created_at": t}
+            if rng.random() < VERIFIED:  # a signed-in customer: their next conversation may be a recontact
+                conv_row["customer_id"] = f"customer-{rng.randrange(customers)}"
             seq = 0
             for _ in range(1 + min(12, int(rng.expovariate(1 / 2.5)))):
                 t += timedelta(seconds=rng.uniform(15, 90))
@@ -256,7 +267,7 @@ def generate(rows: int, days: int, seed: int, now: datetime) -> dict[str, int]:
                     if route == "cache.semantic" and rng.random() < 0.05:
                         verdict = rng.choices(["same", "different", "agent_wrong", "error"], [90, 6, 1, 3])[0]
                         audits.add(
-                            intent="shipping",
+                            intent=rng.choice(["shipping", "returns", "payment", "sizes"]),
                             question="q",
                             cached_question="q",
                             cached_answer="a",
@@ -297,6 +308,10 @@ def generate(rows: int, days: int, seed: int, now: datetime) -> dict[str, int]:
                             created_at=answer_at + wait,
                         )
                     break
+            conv_row["updated_at"] = t
+            if rng.random() < 0.04:  # closed, and the shopper answered the satisfaction question
+                conv_row.update(status="closed", csat_score=rng.choices(range(1, 6), CSAT)[0], csat_at=t)
+            conversations.add(**conv_row)
         minute = start
         while minute < now:
             samples.add(at=minute, waiting=max(0, int(rng.gauss(2, 2))), with_agent=rng.randint(0, 4))
@@ -486,6 +501,13 @@ def run(args: argparse.Namespace) -> None:
     print(
         f"Load {load_s:.0f} s; backfill of {written} hours {backfill_s:.1f} s; one 5-minute beat run "
         f"(3 hours) {recent_s:.2f} s. Raw and rolled summaries agree field by field."
+    )
+    o = rolled_summary["outcomes"]
+    print(
+        f"Outcomes compared: {o['conversations']:,} conversations, {o['open']:,} open, "
+        f"{o['resolved_confirmed']:,} confirmed and {o['resolved_assumed']:,} assumed resolutions, "
+        f"{o['unresolved']:,} unresolved ({', '.join(f'{k} {v:,}' for k, v in o['unresolved_by_reason'].items())}); "
+        f"{o['csat']['responses']:,} CSAT scores."
     )
 
 

@@ -541,9 +541,17 @@ def test_rollup_command_and_the_beat_schedule(settings: Any, day: Day) -> None:
     from config.celery import app
     from ops import tasks
 
-    assert {"ops.tasks.rollup", "ops.tasks.sample_queue"} <= set(app.tasks)
+    assert {"ops.tasks.rollup", "ops.tasks.rollup_span", "ops.tasks.sample_queue"} <= set(app.tasks)
     settings.KEFU_OPS_ROLLUP_HOURS = 2
     assert tasks.rollup.delay().get() == 2
+    # The daily run: 60 hours as three tasks of at most a day each (eager here: run at once).
+    RolledHour.objects.all().delete()
+    settings.KEFU_OPS_ROLLUP_LATE_HOURS = 60
+    before = epoch(floor_to(timezone.now(), HOUR))
+    assert tasks.rollup.delay(late=True).get() == 3
+    after = epoch(floor_to(timezone.now(), HOUR))  # the same hour unless the clock crossed one
+    rolled = set(RolledHour.objects.values_list("hour", flat=True))
+    assert rolled in ({*range(h - 60 * HOUR, h, HOUR)} for h in {before, after})
     assert tasks.sample_queue.delay().get() == 1  # the fixture's conversation waits
     assert QueueSample.objects.latest("at").waiting == 1
 

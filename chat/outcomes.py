@@ -29,7 +29,7 @@ All figures are computed from stored rows (messages, ratings, scores): nothing h
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -133,48 +133,67 @@ def conversation_outcomes(
 CHUNK = 2000
 
 
-def conversation_verdicts(*, since: datetime, until: datetime, window_h: float | None = None) -> Iterator[Outcome]:
+def conversation_verdicts(
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    ids: Collection[Any] | None = None,
+    window_h: float | None = None,
+) -> Iterator[Outcome]:
     """Like :func:`conversation_outcomes`, but never ``open``: a resolution is given with the
     time it settles (``settles_at``), which may be in the future. What the stored rows say so
-    far; a later message, rating or score can change it. Yields the outcomes; reads the
-    conversations :data:`CHUNK` at a time (two queries a chunk, three with verified customers)."""
+    far; a later message, rating or score can change it. The conversations started in
+    ``[since, until)``, or those of ``ids`` (one of the two). Yields the outcomes; reads the
+    conversations :data:`CHUNK` at a time (two queries a chunk, four with verified customers).
+    Raises ``ValueError`` with neither or both."""
+    if (ids is None) == (since is None or until is None):
+        raise ValueError("give since and until, or ids")
     window = timedelta(hours=settings.KEFU_RESOLUTION_WINDOW_H if window_h is None else window_h)
     idle = timedelta(seconds=settings.KEFU_SESSION_IDLE_S)
-    convs = (
-        Conversation.objects.filter(created_at__gte=since, created_at__lt=until)
-        .order_by()
-        .values("id", "customer_id", "csat_score", "created_at")
-    )
+    fields = ("id", "customer_id", "csat_score", "created_at")
+    if ids is not None:
+        wanted = list(ids)
+        for i in range(0, len(wanted), CHUNK):
+            rows = Conversation.objects.filter(id__in=wanted[i : i + CHUNK]).order_by().values(*fields)
+            yield from _verdicts([dict(c) for c in rows], window=window, idle=idle)
+        return
+    convs = Conversation.objects.filter(created_at__gte=since, created_at__lt=until).order_by().values(*fields)
     chunk: list[dict[str, Any]] = []
     for c in convs.iterator(chunk_size=CHUNK):
         chunk.append(dict(c))
         if len(chunk) == CHUNK:
-            yield from _verdicts(chunk, since=since, until=until, window=window, idle=idle)
+            yield from _verdicts(chunk, window=window, idle=idle)
             chunk = []
     if chunk:
-        yield from _verdicts(chunk, since=since, until=until, window=window, idle=idle)
+        yield from _verdicts(chunk, window=window, idle=idle)
 
 
-def _verdicts(
-    convs: list[dict[str, Any]], *, since: datetime, until: datetime, window: timedelta, idle: timedelta
-) -> Iterator[Outcome]:
-    ids = [c["id"] for c in convs]
-    customers = {c["customer_id"] for c in convs if c["customer_id"]}
-    # Later conversations of the same verified customers (their recontacts), up to a window on.
-    later: dict[str, list[tuple[datetime, Any]]] = defaultdict(list)
-    if customers:
-        for customer, started, other in Conversation.objects.filter(
-            customer_id__in=customers, created_at__gte=since, created_at__lt=until + window
-        ).values_list("customer_id", "created_at", "id"):
-            later[customer].append((started, other))
-    wanted = set(ids) | {cid for lst in later.values() for _, cid in lst}
-    messages: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+def _messages(ids: Collection[Any], into: dict[Any, list[dict[str, Any]]]) -> None:
     for m in (
-        Message.objects.filter(conversation_id__in=wanted, superseded=False)
+        Message.objects.filter(conversation_id__in=ids, superseded=False)
         .order_by("conversation_id", "seq")
         .values("conversation_id", "role", "route", "rating", "faq_entry_id", "cache_entry_id", "created_at")
     ):
-        messages[m["conversation_id"]].append(dict(m))
+        into[m["conversation_id"]].append(dict(m))
+
+
+def _verdicts(convs: list[dict[str, Any]], *, window: timedelta, idle: timedelta) -> Iterator[Outcome]:
+    if not convs:
+        return
+    messages: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    _messages([c["id"] for c in convs], messages)
+    # The same verified customers' conversations that started after one of these and no later
+    # than its last message plus the window (their recontacts), with their messages.
+    verified = [c for c in convs if c["customer_id"] and messages.get(c["id"])]
+    later: dict[str, list[tuple[datetime, Any]]] = defaultdict(list)
+    if verified:
+        lo = min(c["created_at"] for c in verified)
+        hi = max(messages[c["id"]][-1]["created_at"] for c in verified) + window
+        for customer, started, other in Conversation.objects.filter(
+            customer_id__in={c["customer_id"] for c in verified}, created_at__gt=lo, created_at__lte=hi
+        ).values_list("customer_id", "created_at", "id"):
+            later[customer].append((started, other))
+        _messages({cid for lst in later.values() for _, cid in lst} - messages.keys(), messages)
 
     for c in convs:
         rows = messages.get(c["id"], [])

@@ -162,6 +162,21 @@ class OutcomeRollup(models.Model):
         ]
 
 
+class ConversationOutcome(models.Model):
+    """One conversation's outcome as last rolled up (``chat.outcomes.conversation_verdicts``),
+    filed under the ``hour`` it started: ``state``, ``reasons`` (comma-joined, unresolved only)
+    and when a resolution ``settles`` (UTC epoch seconds; 0 for unresolved). A late change to a
+    few conversations re-scores those alone and re-groups their hours' ``OutcomeRollup`` rows
+    from these (``ops.rollup.conversations_rescore``). A conversation with no bot answer has
+    none."""
+
+    conversation_id = models.UUIDField(primary_key=True)
+    hour = models.BigIntegerField(db_index=True, help_text=HOUR_HELP)
+    state = models.CharField(max_length=24)
+    reasons = models.CharField(max_length=64, blank=True)
+    settles = models.BigIntegerField(default=0)
+
+
 class QueueSample(models.Model):
     """The agent queue at one moment (``ops.tasks.sample_queue``, every minute on the beat
     schedule): conversations waiting for an agent and held by one. Chat keeps only the present

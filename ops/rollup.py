@@ -22,23 +22,39 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from cache_layer.models import CacheAudit
 from chat.models import Conversation, Message, Role
-from chat.outcomes import OutcomeTally, outcome_tallies
+from chat.outcomes import Outcome, OutcomeTally, conversation_verdicts
 
 from .cells import HOUR, Cell, agent_queue_now, aligned, at, epoch, floor_to, raw_cells
-from .models import AnswerRollup, CallRollup, FaqRollup, OutcomeRollup, QueueSample, RolledHour, TierRollup
+from .models import (
+    AnswerRollup,
+    CallRollup,
+    ConversationOutcome,
+    FaqRollup,
+    OutcomeRollup,
+    QueueSample,
+    RolledHour,
+    TierRollup,
+)
 
 log = logging.getLogger(__name__)
 
 #: Hours read from the raw rows per pass when rolling many (bounds memory and staleness).
 CHUNK_HOURS = 24
+#: Conversation ids per query (bounds a query's parameters).
+CONVERSATION_CHUNK = 2000
 _LOCK_NAMESPACE = 0x6F70  # "op": pg_advisory_xact_lock(namespace, hour number)
 
 
@@ -48,26 +64,44 @@ def _lock(hour: int) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, hour // HOUR])
 
 
-def _outcome_rows(hour: int, tally: OutcomeTally) -> None:
+@dataclass
+class HourOutcomes:
+    """The conversations started in one hour as read from the rows: each one's verdict
+    (``chat.outcomes.conversation_verdicts``) and the satisfaction scores (1-5) given."""
+
+    verdicts: list[Outcome] = field(default_factory=list)
+    csat: Counter[int] = field(default_factory=Counter)
+
+
+def _settles(outcome: Outcome) -> int:
+    return 0 if outcome.settles_at is None else int(outcome.settles_at.timestamp())
+
+
+def _outcome_rows(hour: int, keys: Iterable[tuple[str, str, int, int]], csat: Counter[int], read_at: datetime) -> None:
+    """Replace the hour's ``OutcomeRollup`` rows with ``keys`` (state, reasons, settles, count),
+    settle times at or before ``read_at`` written as 0 (settled), and its CSAT counts."""
+    tally = OutcomeTally()
+    settled = read_at.timestamp()
+    for state, reasons, settles, n in keys:
+        tally.verdicts[(state, reasons, 0 if settles <= settled else settles)] += n
     OutcomeRollup.objects.filter(hour=hour).delete()
     OutcomeRollup.objects.bulk_create(
         OutcomeRollup(hour=hour, state=state, reasons=reasons, settles=settles, conversations=n)
         for (state, reasons, settles), n in tally.verdicts.items()
     )
+    RolledHour.objects.filter(hour=hour).update(
+        outcomes_at=read_at, **{f"csat_{score}": csat.get(score, 0) for score in range(1, 6)}
+    )
 
 
-def _csat_fields(tally: OutcomeTally) -> dict[str, int]:
-    return {f"csat_{score}": tally.csat.get(score, 0) for score in range(1, 6)}
-
-
-def hour_write(cell: Cell, *, read_at: datetime, outcomes: OutcomeTally | None = None) -> bool:
+def hour_write(cell: Cell, *, read_at: datetime, outcomes: HourOutcomes | None = None) -> bool:
     """Replace the rollup rows of the hour ``cell`` starts (epoch seconds; an hour's bucket of
     :func:`ops.cells.raw_cells`, read from the raw rows at ``read_at`` or later) with its
     figures, and the outcomes of the conversations started in it with ``outcomes`` (read at
     ``read_at`` or later; none: no conversation). Returns False, and writes nothing, when a run
     that read the rows after ``read_at`` wrote the hour meanwhile."""
     hour = cell.start
-    outcomes = outcomes or OutcomeTally()
+    outcomes = outcomes or HourOutcomes()
     with transaction.atomic():
         _lock(hour)
         newer = RolledHour.objects.filter(hour=hour, rolled_at__gt=read_at).exists()
@@ -76,13 +110,21 @@ def hour_write(cell: Cell, *, read_at: datetime, outcomes: OutcomeTally | None =
         for model in (AnswerRollup, CallRollup, TierRollup, FaqRollup):
             model.objects.filter(hour=hour).delete()
         RolledHour.objects.filter(hour=hour).delete()
-        _outcome_rows(hour, outcomes)
+        ConversationOutcome.objects.filter(hour=hour).delete()
+        ConversationOutcome.objects.bulk_create(
+            ConversationOutcome(
+                conversation_id=o.conversation_id,
+                hour=hour,
+                state=o.state,
+                reasons=",".join(o.reasons),
+                settles=_settles(o),
+            )
+            for o in outcomes.verdicts
+        )
         audits = cell.audits
         RolledHour.objects.create(
             hour=hour,
             rolled_at=read_at,
-            outcomes_at=read_at,
-            **_csat_fields(outcomes),
             shopper_messages=cell.shopper_messages,
             handoffs_replied=cell.wait.n,
             wait_hist=cell.wait.to_bytes(),
@@ -95,6 +137,12 @@ def hour_write(cell: Cell, *, read_at: datetime, outcomes: OutcomeTally | None =
             queue_samples=cell.queue_samples,
             queue_waiting_max=cell.queue_waiting_max,
             queue_with_agent_max=cell.queue_with_agent_max,
+        )
+        _outcome_rows(
+            hour,
+            ((o.state, ",".join(o.reasons), _settles(o), 1) for o in outcomes.verdicts),
+            outcomes.csat,
+            read_at,
         )
         AnswerRollup.objects.bulk_create(
             AnswerRollup(
@@ -154,87 +202,124 @@ def hours_roll(start: datetime, end: datetime) -> int:
         cells = raw_cells(
             datetime.fromtimestamp(chunk, tz=UTC), datetime.fromtimestamp(chunk_end, tz=UTC), key=aligned(HOUR)
         )
-        tallies = _tallies(chunk, chunk_end, read_at)
+        outcomes = _hour_outcomes(chunk, chunk_end)
         for hour in range(chunk, chunk_end, HOUR):
-            written += hour_write(cells.get(hour) or Cell(hour), read_at=read_at, outcomes=tallies.get(hour))
+            written += hour_write(cells.get(hour) or Cell(hour), read_at=read_at, outcomes=outcomes.get(hour))
     log.info("ops rollup: %d hours from %s written", written, datetime.fromtimestamp(first, tz=UTC).isoformat())
     return written
 
 
-def _tallies(first: int, end: int, read_at: datetime) -> dict[int, OutcomeTally]:
-    """Outcome tallies of the conversations started in ``[first, end)`` (epoch seconds), by hour."""
-    return outcome_tallies(
-        since=datetime.fromtimestamp(first, tz=UTC),
-        until=datetime.fromtimestamp(end, tz=UTC),
-        bucket=lambda t: epoch(floor_to(t, HOUR)),
-        settled_by=read_at,
+def _hour_outcomes(first: int, end: int) -> dict[int, HourOutcomes]:
+    """The conversations started in ``[first, end)`` (epoch seconds), by hour."""
+    since, until = at(first), at(end)
+    out: dict[int, HourOutcomes] = defaultdict(HourOutcomes)
+    for o in conversation_verdicts(since=since, until=until):
+        assert o.started_at is not None
+        out[epoch(floor_to(o.started_at, HOUR))].verdicts.append(o)
+    scores = Conversation.objects.filter(created_at__gte=since, created_at__lt=until, csat_score__isnull=False)
+    for started, score in scores.order_by().values_list("created_at", "csat_score"):
+        if score is not None:
+            out[epoch(floor_to(started, HOUR))].csat[int(score)] += 1
+    return out
+
+
+def conversations_rescore(ids: Collection[Any], *, read_at: datetime | None = None) -> int:
+    """Score the conversations ``ids`` again (``chat.outcomes.conversation_verdicts``), replace
+    their ``ConversationOutcome`` rows and re-group each rolled-up hour they started in from
+    those rows (``OutcomeRollup`` and the hour's CSAT counts; read at ``read_at`` or later,
+    default now). Hours not rolled up, or whose outcomes a later reading wrote, are left.
+    Returns how many hours were re-grouped. Costs the changed conversations and one grouped
+    query per hour, not the hours' other conversations."""
+    read_at = read_at or timezone.now()
+    verdicts = {o.conversation_id: o for o in conversation_verdicts(ids=ids)}
+    by_hour: dict[int, list[Any]] = defaultdict(list)
+    wanted = list(ids)
+    for i in range(0, len(wanted), CONVERSATION_CHUNK):
+        rows = Conversation.objects.filter(id__in=wanted[i : i + CONVERSATION_CHUNK]).values_list("id", "created_at")
+        for cid, started in rows:
+            by_hour[epoch(floor_to(started, HOUR))].append(cid)
+    rolled = set(
+        RolledHour.objects.filter(hour__in=list(by_hour), outcomes_at__isnull=False).values_list("hour", flat=True)
     )
+    written = 0
+    for hour in sorted(rolled):
+        convs = by_hour[hour]
+        with transaction.atomic():
+            _lock(hour)
+            if RolledHour.objects.filter(hour=hour, outcomes_at__gt=read_at).exists():
+                continue
+            ConversationOutcome.objects.filter(conversation_id__in=convs).delete()
+            ConversationOutcome.objects.bulk_create(
+                ConversationOutcome(
+                    conversation_id=o.conversation_id,
+                    hour=hour,
+                    state=o.state,
+                    reasons=",".join(o.reasons),
+                    settles=_settles(o),
+                )
+                for cid in convs
+                if (o := verdicts.get(cid)) is not None
+            )
+            keys = (
+                ConversationOutcome.objects.filter(hour=hour)
+                .values_list("state", "reasons", "settles")
+                .annotate(n=Count("conversation_id"))
+                .order_by()
+            )
+            scores = (
+                Conversation.objects.filter(created_at__gte=at(hour), created_at__lt=at(hour + HOUR))
+                .exclude(csat_score__isnull=True)
+                .values_list("csat_score")
+                .annotate(n=Count("id"))
+                .order_by()
+            )
+            _outcome_rows(hour, keys, Counter({int(score): n for score, n in scores}), read_at)
+        written += 1
+    return written
 
 
-def outcomes_write(hour: int, tally: OutcomeTally, *, read_at: datetime) -> bool:
-    """Replace the outcomes of the rolled-up ``hour`` (epoch seconds) with ``tally`` (read at
-    ``read_at`` or later), leaving its other figures. Returns False, and writes nothing, when the
-    hour is not rolled up or a run that read the rows after ``read_at`` wrote its outcomes."""
-    with transaction.atomic():
-        _lock(hour)
-        rolled = RolledHour.objects.filter(hour=hour).exclude(outcomes_at__gt=read_at)
-        if not rolled.update(outcomes_at=read_at, **_csat_fields(tally)):
-            return False
-        _outcome_rows(hour, tally)
-    return True
-
-
-def late_hours(since: datetime, *, before: datetime) -> tuple[set[int], set[int]]:
-    """What changed since ``since`` in hours that started before ``before`` (epoch seconds):
-    ``(outcome_hours, answer_hours)``. ``outcome_hours``: start hours of the conversations with a
-    message, a rating or a satisfaction score since ``since``, and of the earlier conversations,
-    still in their recontact window, of verified customers who started a conversation since
-    ``since``. ``answer_hours``: hours of the bot answers rated since ``since``. Four queries,
-    each on an indexed column."""
+def late_changes(since: datetime, *, before: datetime) -> tuple[set[Any], set[int]]:
+    """What changed since ``since`` in hours that started before ``before``:
+    ``(conversation_ids, answer_hours)``. ``conversation_ids``: the conversations started before
+    ``before`` with a message, a rating or a satisfaction score since ``since``, and the earlier
+    conversations, still in their recontact window, of verified customers who started one since
+    ``since``. ``answer_hours``: hours (epoch seconds) of the bot answers rated since ``since``.
+    Four queries, each on an indexed column."""
     window = timedelta(hours=settings.KEFU_RESOLUTION_WINDOW_H)
     # Every role named, so that the (role, created_at) index serves the range.
     touched = Message.objects.filter(role__in=Role.values, created_at__gte=since).order_by().values("conversation_id")
     rated = Message.objects.filter(rated_at__gte=since).order_by()
-    starts = set(
-        Conversation.objects.filter(id__in=touched.union(rated.values("conversation_id")))
-        .order_by()
-        .values_list("created_at", flat=True)
-    )
-    starts.update(Conversation.objects.filter(csat_at__gte=since).order_by().values_list("created_at", flat=True))
     customers = (
         Conversation.objects.filter(created_at__gte=since).exclude(customer_id="").order_by().values("customer_id")
     )
-    starts.update(
-        Conversation.objects.filter(customer_id__in=customers, created_at__lt=since, updated_at__gte=since - window)
-        .order_by()
-        .values_list("created_at", flat=True)
-    )
+    older = Conversation.objects.filter(created_at__lt=before).order_by()
+    ids = set(older.filter(id__in=touched.union(rated.values("conversation_id"))).values_list("id", flat=True))
+    ids.update(older.filter(csat_at__gte=since).values_list("id", flat=True))
+    ids.update(older.filter(customer_id__in=customers, updated_at__gte=since - window).values_list("id", flat=True))
     cut = epoch(before)
-    outcome_hours = {h for h in (epoch(floor_to(t, HOUR)) for t in starts) if h < cut}
     answer_hours = {
         h for h in (epoch(floor_to(t, HOUR)) for t in rated.values_list("created_at", flat=True)) if h < cut
     }
-    return outcome_hours, answer_hours
+    return ids, answer_hours
 
 
 def recent_roll(*, hours: int, now: datetime | None = None) -> int:
     """Roll up the last ``hours`` whole hours before the current one (``now``'s), then what
-    changed since the first of them in earlier hours (:func:`late_hours`): the whole hour of an
-    answer rated late, the outcomes of an hour whose conversations changed. Returns how many
-    hours were written, whole or outcomes only."""
+    changed since the first of them in earlier hours (:func:`late_changes`): the whole hour of
+    an answer rated late, and the conversations that changed, scored again
+    (:func:`conversations_rescore`). Returns how many hours were written, whole or outcomes
+    only."""
     if hours < 1:
         raise ValueError(f"hours must be at least 1, got {hours}")
     end = floor_to(now or timezone.now(), HOUR)
     first = end - timedelta(hours=hours)
-    read_at = timezone.now()
-    outcome_hours, answer_hours = late_hours(first, before=first)
+    ids, answer_hours = late_changes(first, before=first)
     written = hours_roll(first, end)
-    rolled = set(RolledHour.objects.filter(hour__in=outcome_hours | answer_hours).values_list("hour", flat=True))
-    for hour in sorted(answer_hours & rolled):
+    rolled = set(RolledHour.objects.filter(hour__in=answer_hours).values_list("hour", flat=True))
+    for hour in sorted(rolled):
         written += hours_roll(at(hour), at(hour + HOUR))
-    for hour in sorted((outcome_hours - answer_hours) & rolled):
-        tally = _tallies(hour, hour + HOUR, read_at).get(hour) or OutcomeTally()
-        written += outcomes_write(hour, tally, read_at=read_at)
+    if ids:
+        written += conversations_rescore(ids)
     return written
 
 

@@ -17,8 +17,8 @@ from chat.outcomes import outcomes_summary, settle_time
 from chat.services.messages import csat_record, feedback_record
 from ops import selectors as ops
 from ops.cells import HOUR, epoch, floor_to, window_outcomes
-from ops.models import AnswerRollup, OutcomeRollup, RolledHour
-from ops.rollup import hours_roll, outcomes_write, recent_roll
+from ops.models import AnswerRollup, ConversationOutcome, OutcomeRollup, RolledHour
+from ops.rollup import conversations_rescore, hours_roll, recent_roll
 
 pytestmark = pytest.mark.django_db
 
@@ -168,12 +168,28 @@ def test_hours_rolled_before_outcomes_were_kept_are_read_raw(week: dict[str, uui
     assert rolled(T0, end, now)["conversations"] == 9
 
 
-def test_an_outcome_write_keeps_the_newer_reading_and_needs_a_rolled_hour(week: dict[str, uuid.UUID]) -> None:
+def test_a_rescore_changes_only_its_conversations_rows_and_regroups_their_hours(week: dict[str, uuid.UUID]) -> None:
     hour = epoch(T0 + timedelta(hours=5))
-    tally = window_outcomes(T0 + timedelta(hours=5), T0 + timedelta(hours=6), use_rollups=False)
-    assert outcomes_write(hour, tally, read_at=timezone.now()) is False  # not rolled up yet
+    assumed, confirmed = week["assumed"], week["confirmed"]
+    assert conversations_rescore([assumed]) == 0  # its hour is not rolled up yet: nothing to re-group
     hours_roll(T0, T0 + timedelta(hours=6))
-    assert outcomes_write(hour, tally, read_at=timezone.now() - timedelta(hours=1)) is False
-    assert outcomes_write(hour, tally, read_at=timezone.now()) is True
-    assert OutcomeRollup.objects.filter(hour=hour).count() == 2  # one assumed, one confirmed
-    assert OutcomeRollup.objects.filter(hour=hour + HOUR).count() == 0
+    rows = {r.conversation_id: r.state for r in ConversationOutcome.objects.filter(hour=hour)}
+    assert rows == {assumed: "resolved_assumed", confirmed: "resolved_confirmed"}
+    # Behind the rollup's back, the assumed one gets a thumbs-down and the confirmed one a bad score.
+    Message.objects.filter(conversation_id=assumed, role="bot").update(rating="down")
+    Conversation.objects.filter(pk=confirmed).update(csat_score=1)
+    # A reading older than the hour's last one writes nothing.
+    assert conversations_rescore([assumed], read_at=timezone.now() - timedelta(hours=1)) == 0
+    # Only the assumed one is scored again: the hour's other conversation keeps its stored verdict,
+    # while the hour's CSAT counts are read afresh.
+    assert conversations_rescore([assumed]) == 1
+    got = dict(ConversationOutcome.objects.filter(hour=hour).values_list("conversation_id", "reasons"))
+    assert got == {assumed: "thumbs_down", confirmed: ""}
+    keys = set(OutcomeRollup.objects.filter(hour=hour).values_list("state", "reasons", "settles", "conversations"))
+    assert keys == {("unresolved", "thumbs_down", 0, 1), ("resolved_confirmed", "", 0, 1)}
+    assert RolledHour.objects.get(hour=hour).csat_1 == 1
+    assert conversations_rescore([assumed, confirmed]) == 1  # one hour, both conversations
+    now = timezone.now()
+    span = (T0 + timedelta(hours=5), T0 + timedelta(hours=6))
+    assert rolled(*span, now) == raw(*span, now)
+    assert rolled(*span, now)["unresolved_by_reason"] == {"handoff": 0, "thumbs_down": 1, "low_csat": 1, "recontact": 0}

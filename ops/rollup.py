@@ -7,12 +7,14 @@
   the last N whole hours (``KEFU_OPS_ROLLUP_HOURS``, every 5 minutes on the beat schedule), and a
   daily run the last ``KEFU_OPS_ROLLUP_LATE_HOURS`` (8 days). Later changes reach the rollups with
   ``manage.py rollup --hours N``.
-* **Outcomes** (``chat.outcomes``) are kept by the hour a conversation *started*, and a message,
-  rating or satisfaction score days later changes them: each run also re-rolls the outcomes of
-  the hours whose conversations had any of these since the run's first hour, and of the earlier
-  conversations of a verified customer who started a new one (a recontact), and re-rolls the
-  whole hour of an answer rated late. An open resolution is stored with the time it settles, so
-  time passing needs no re-roll.
+* **Outcomes** (``chat.outcomes``) are kept by the hour a conversation *started*, per
+  conversation (``ConversationOutcome``) and summed per hour (``OutcomeRollup``); a message,
+  rating or satisfaction score days later changes them. Each run also scores again the
+  conversations that had any of these since the run's first hour, and the earlier conversations
+  of a verified customer who started a new one (a recontact), and re-groups their hours from the
+  per-conversation rows (:func:`conversations_rescore`); and it re-rolls the whole hour of an
+  answer rated late. An open resolution is stored with the time it settles, so time passing
+  needs no re-roll.
 * **Only whole hours that ended**: the current hour is always read from the raw rows.
 * Two runs rolling the same hour at once (PostgreSQL: an advisory lock per hour; SQLite: one
   writer at a time) leave the newer reading: an hour is written only if no run that read the rows
@@ -77,6 +79,20 @@ def _settles(outcome: Outcome) -> int:
     return 0 if outcome.settles_at is None else int(outcome.settles_at.timestamp())
 
 
+def _conversation_rows(hour: int, outcomes: Iterable[Outcome]) -> None:
+    """Store ``outcomes`` (conversations started in ``hour``) as ``ConversationOutcome`` rows."""
+    ConversationOutcome.objects.bulk_create(
+        ConversationOutcome(
+            conversation_id=o.conversation_id,
+            hour=hour,
+            state=o.state,
+            reasons=",".join(o.reasons),
+            settles=_settles(o),
+        )
+        for o in outcomes
+    )
+
+
 def _outcome_rows(hour: int, keys: Iterable[tuple[str, str, int, int]], csat: Counter[int], read_at: datetime) -> None:
     """Replace the hour's ``OutcomeRollup`` rows with ``keys`` (state, reasons, settles, count),
     settle times at or before ``read_at`` written as 0 (settled), and its CSAT counts."""
@@ -111,16 +127,7 @@ def hour_write(cell: Cell, *, read_at: datetime, outcomes: HourOutcomes | None =
             model.objects.filter(hour=hour).delete()
         RolledHour.objects.filter(hour=hour).delete()
         ConversationOutcome.objects.filter(hour=hour).delete()
-        ConversationOutcome.objects.bulk_create(
-            ConversationOutcome(
-                conversation_id=o.conversation_id,
-                hour=hour,
-                state=o.state,
-                reasons=",".join(o.reasons),
-                settles=_settles(o),
-            )
-            for o in outcomes.verdicts
-        )
+        _conversation_rows(hour, outcomes.verdicts)
         audits = cell.audits
         RolledHour.objects.create(
             hour=hour,
@@ -249,17 +256,7 @@ def conversations_rescore(ids: Collection[Any], *, read_at: datetime | None = No
             if RolledHour.objects.filter(hour=hour, outcomes_at__gt=read_at).exists():
                 continue
             ConversationOutcome.objects.filter(conversation_id__in=convs).delete()
-            ConversationOutcome.objects.bulk_create(
-                ConversationOutcome(
-                    conversation_id=o.conversation_id,
-                    hour=hour,
-                    state=o.state,
-                    reasons=",".join(o.reasons),
-                    settles=_settles(o),
-                )
-                for cid in convs
-                if (o := verdicts.get(cid)) is not None
-            )
+            _conversation_rows(hour, [o for cid in convs if (o := verdicts.get(cid)) is not None])
             keys = (
                 ConversationOutcome.objects.filter(hour=hour)
                 .values_list("state", "reasons", "settles")

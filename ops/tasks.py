@@ -13,7 +13,7 @@ from .rollup import hours_roll, queue_sample, recent_roll
 
 #: Hours rolled by one task of the daily run: each task stays well inside the task time limit
 #: (``KEFU_CELERY_TASK_TIME_LIMIT_S``) however long the late window and however busy the store
-#: (bench/ops_rollup.py: a day of a million-rows-a-month store rolls in about 5 s).
+#: (bench/ops_rollup.py: a day of a million-rows-a-month store rolls in about 10 s).
 SPAN_HOURS = 24
 
 

@@ -200,26 +200,28 @@
     });
   }
 
-  function faqTable(d) {
-    var body = document.querySelector("#faq-ratings tbody");
+  // A table's body from rows: each row a header cell and data cells; one full-width line when empty.
+  function fillTable(selector, rows, emptyText, columns, cells) {
+    var body = document.querySelector(selector + " tbody");
     if (!body) { return; }
     body.textContent = "";
-    if (!d.faq.length) {
+    if (!rows.length) {
       var tr0 = document.createElement("tr");
       var td0 = document.createElement("td");
-      td0.colSpan = 5;
-      td0.textContent = "No FAQ answers in this window.";
+      td0.colSpan = columns;
+      td0.textContent = emptyText;
       tr0.appendChild(td0);
       body.appendChild(tr0);
       return;
     }
-    d.faq.forEach(function (f) {
+    rows.forEach(function (row) {
+      var texts = cells(row);
       var tr = document.createElement("tr");
       var th = document.createElement("th");
       th.scope = "row";
-      th.textContent = f.question ? f.intent + " [" + f.locale + "]: " + f.question : "entry " + f.id + " (deleted)";
+      th.textContent = texts[0];
       tr.appendChild(th);
-      [String(f.answers), String(f.up), String(f.down), percent(null, f.down_rate)].forEach(function (text) {
+      texts.slice(1).forEach(function (text) {
         var td = document.createElement("td");
         td.textContent = text;
         tr.appendChild(td);
@@ -228,33 +230,17 @@
     });
   }
 
+  function faqTable(d) {
+    fillTable("#faq-ratings", d.faq, "No FAQ answers in this window.", 5, function (f) {
+      return [f.question ? f.intent + " [" + f.locale + "]: " + f.question : "entry " + f.id + " (deleted)",
+        String(f.answers), String(f.up), String(f.down), percent(null, f.down_rate)];
+    });
+  }
+
   function intentTable(d) {
-    var body = document.querySelector("#cache-intents tbody");
-    if (!body) { return; }
-    body.textContent = "";
-    var rows = d.cache_intents || [];
-    if (!rows.length) {
-      var tr0 = document.createElement("tr");
-      var td0 = document.createElement("td");
-      td0.colSpan = 5;
-      td0.textContent = "No cache audits in this window.";
-      tr0.appendChild(td0);
-      body.appendChild(tr0);
-      return;
-    }
-    rows.forEach(function (r) {
-      var tr = document.createElement("tr");
-      var th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = r.intent;
-      tr.appendChild(th);
-      [String(r.counted), String(r.false_hits), percent(null, r.false_hit_rate),
-        percent(null, r.low) + " – " + percent(null, r.high)].forEach(function (text) {
-        var td = document.createElement("td");
-        td.textContent = text;
-        tr.appendChild(td);
-      });
-      body.appendChild(tr);
+    fillTable("#cache-intents", d.cache_intents || [], "No cache audits in this window.", 5, function (r) {
+      return [r.intent, String(r.counted), String(r.false_hits), percent(null, r.false_hit_rate),
+        percent(null, r.low) + " – " + percent(null, r.high)];
     });
   }
 

@@ -232,7 +232,8 @@ def _verdicts(convs: list[dict[str, Any]], *, window: timedelta, idle: timedelta
 
 #: A tally's key: ``(state, reasons, settles)``: ``state`` ``resolved_confirmed``,
 #: ``resolved_assumed`` or ``unresolved``; ``reasons`` comma-joined (unresolved only, else "");
-#: ``settles`` UTC epoch seconds when a resolution settles, 0 for unresolved or settled already.
+#: ``settles`` UTC epoch seconds when a resolution settles, 0 for unresolved (or, in Ops' hourly
+#: rollups, a resolution already settled when the hour was rolled).
 VerdictKey = tuple[str, str, int]
 
 
@@ -246,12 +247,12 @@ class OutcomeTally:
     verdicts: Counter[VerdictKey] = field(default_factory=Counter)
     csat: Counter[int] = field(default_factory=Counter)
 
-    def add(self, outcome: Outcome, *, settled_by: datetime | None = None) -> None:
-        """Count ``outcome`` (from :func:`conversation_verdicts`); its settle time is kept unless
-        it is at or before ``settled_by``."""
+    def add(self, outcome: Outcome) -> None:
+        """Count ``outcome`` (from :func:`conversation_verdicts`), with its settle time."""
         settles = outcome.settles_at
-        at = 0 if settles is None or (settled_by is not None and settles <= settled_by) else int(settles.timestamp())
-        self.verdicts[(outcome.state, ",".join(outcome.reasons), at)] += 1
+        self.verdicts[
+            (outcome.state, ",".join(outcome.reasons), 0 if settles is None else int(settles.timestamp()))
+        ] += 1
 
     def merge(self, other: OutcomeTally) -> None:
         self.verdicts.update(other.verdicts)
@@ -292,17 +293,14 @@ class OutcomeTally:
         }
 
 
-def outcome_tallies(
-    *, since: datetime, until: datetime, bucket: Callable[[datetime], int], settled_by: datetime | None = None
-) -> dict[int, OutcomeTally]:
+def outcome_tallies(*, since: datetime, until: datetime, bucket: Callable[[datetime], int]) -> dict[int, OutcomeTally]:
     """Tallies of the conversations started in ``[since, until)``, by the bucket ``bucket``
     names for a conversation's start (Ops: the hour's UTC epoch seconds). Only buckets with a
-    conversation appear. Settle times at or before ``settled_by`` are not kept (see
-    :meth:`OutcomeTally.add`). Read as :func:`conversation_verdicts` reads, plus one query."""
+    conversation appear. Read as :func:`conversation_verdicts` reads, plus one query."""
     tallies: dict[int, OutcomeTally] = defaultdict(OutcomeTally)
     for o in conversation_verdicts(since=since, until=until):
         assert o.started_at is not None
-        tallies[bucket(o.started_at)].add(o, settled_by=settled_by)
+        tallies[bucket(o.started_at)].add(o)
     scores = Conversation.objects.filter(created_at__gte=since, created_at__lt=until, csat_score__isnull=False)
     for started, score in scores.order_by().values_list("created_at", "csat_score"):
         if score is not None:

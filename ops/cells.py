@@ -467,6 +467,19 @@ def runs_of(hours: Iterable[int]) -> Iterator[tuple[int, int]]:
         yield run[0], run[-1] + HOUR
 
 
+def unrolled(
+    start: datetime, end: datetime, first: int, last: int, rolled: set[int]
+) -> list[tuple[datetime, datetime]]:
+    """The parts of ``[start, end)`` to read from the raw rows, as ``[lo, hi)`` ranges: before the
+    first whole hour ``first``, from the last one's end ``last`` (epoch seconds), and the whole
+    hours between that are not in ``rolled``."""
+    raw = [(start, at(first))] if start < at(first) else []
+    raw.extend((at(lo), at(hi)) for lo, hi in runs_of(h for h in range(first, last, HOUR) if h not in rolled))
+    if at(last) < end:
+        raw.append((at(last), end))
+    return raw
+
+
 @dataclass
 class Window:
     """A window's buckets by start, and where their figures came from: ``raw_ranges`` were read
@@ -510,12 +523,7 @@ def window_cells(
         raw_cells(start, end, key=key, into=cells)
         return Window(cells, [(start, end)], 0)
     rolled = rolled_cells(first, last, key=key, into=cells, tier_ttft=tier_ttft)
-    raw_ranges: list[tuple[datetime, datetime]] = []
-    if start < at(first):
-        raw_ranges.append((start, at(first)))
-    raw_ranges.extend((at(lo), at(hi)) for lo, hi in runs_of(h for h in range(first, last, HOUR) if h not in rolled))
-    if at(last) < end:
-        raw_ranges.append((at(last), end))
+    raw_ranges = unrolled(start, end, first, last, rolled)
     for lo, hi in raw_ranges:
         raw_cells(lo, hi, key=key, into=cells)
     return Window(cells, raw_ranges, len(rolled), first, last)
@@ -567,10 +575,7 @@ def window_outcomes(start: datetime, end: datetime, *, use_rollups: bool = True)
         ):
             if hour in rolled:  # an hour rolled after ``rolled`` was read is read raw below
                 tally.verdicts[(state, reasons, settles)] += n
-        raw = [(start, at(first))] if start < at(first) else []
-        raw.extend((at(lo), at(hi)) for lo, hi in runs_of(h for h in range(first, last, HOUR) if h not in rolled))
-        if at(last) < end:
-            raw.append((at(last), end))
+        raw = unrolled(start, end, first, last, rolled)
     for lo, hi in raw:
         for part in outcome_tallies(since=lo, until=hi, bucket=lambda _: 0).values():
             tally.merge(part)

@@ -46,6 +46,7 @@ __all__ = [
     "OutcomeTally",
     "conversation_outcomes",
     "conversation_verdicts",
+    "csat_scores",
     "outcome_tallies",
     "outcomes_summary",
 ]
@@ -301,11 +302,18 @@ def outcome_tallies(*, since: datetime, until: datetime, bucket: Callable[[datet
     for o in conversation_verdicts(since=since, until=until):
         assert o.started_at is not None
         tallies[bucket(o.started_at)].add(o)
-    scores = Conversation.objects.filter(created_at__gte=since, created_at__lt=until, csat_score__isnull=False)
-    for started, score in scores.order_by().values_list("created_at", "csat_score"):
-        if score is not None:
-            tallies[bucket(started)].csat[int(score)] += 1
+    for started, score in csat_scores(since=since, until=until):
+        tallies[bucket(started)].csat[score] += 1
     return dict(tallies)
+
+
+def csat_scores(*, since: datetime, until: datetime) -> Iterator[tuple[datetime, int]]:
+    """``(started_at, score)`` of every conversation started in ``[since, until)`` with a
+    satisfaction score (1-5), answered by the bot or not. One query."""
+    rows = Conversation.objects.filter(created_at__gte=since, created_at__lt=until, csat_score__isnull=False)
+    for started, score in rows.order_by().values_list("created_at", "csat_score"):
+        if score is not None:
+            yield started, int(score)
 
 
 def outcomes_summary(*, since: datetime, until: datetime, now: datetime | None = None) -> dict[str, Any]:

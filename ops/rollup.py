@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from cache_layer.models import CacheAudit
 from chat.models import Conversation, Message, Role
-from chat.outcomes import Outcome, OutcomeTally, conversation_verdicts
+from chat.outcomes import Outcome, OutcomeTally, conversation_verdicts, csat_scores
 
 from .cells import HOUR, Cell, agent_queue_now, aligned, at, epoch, floor_to, raw_cells
 from .models import (
@@ -223,10 +223,8 @@ def _hour_outcomes(first: int, end: int) -> dict[int, HourOutcomes]:
     for o in conversation_verdicts(since=since, until=until):
         assert o.started_at is not None
         out[epoch(floor_to(o.started_at, HOUR))].verdicts.append(o)
-    scores = Conversation.objects.filter(created_at__gte=since, created_at__lt=until, csat_score__isnull=False)
-    for started, score in scores.order_by().values_list("created_at", "csat_score"):
-        if score is not None:
-            out[epoch(floor_to(started, HOUR))].csat[int(score)] += 1
+    for started, score in csat_scores(since=since, until=until):
+        out[epoch(floor_to(started, HOUR))].csat[score] += 1
     return out
 
 
@@ -263,14 +261,8 @@ def conversations_rescore(ids: Collection[Any], *, read_at: datetime | None = No
                 .annotate(n=Count("conversation_id"))
                 .order_by()
             )
-            scores = (
-                Conversation.objects.filter(created_at__gte=at(hour), created_at__lt=at(hour + HOUR))
-                .exclude(csat_score__isnull=True)
-                .values_list("csat_score")
-                .annotate(n=Count("id"))
-                .order_by()
-            )
-            _outcome_rows(hour, keys, Counter({int(score): n for score, n in scores}), read_at)
+            scores = Counter(score for _, score in csat_scores(since=at(hour), until=at(hour + HOUR)))
+            _outcome_rows(hour, keys, scores, read_at)
         written += 1
     return written
 
@@ -310,13 +302,16 @@ def recent_roll(*, hours: int, now: datetime | None = None) -> int:
         raise ValueError(f"hours must be at least 1, got {hours}")
     end = floor_to(now or timezone.now(), HOUR)
     first = end - timedelta(hours=hours)
+    # Taken before anything is read: the re-score below leaves the hours a whole re-roll of this
+    # run (the late-rated answers' hours) wrote since, having read every conversation of them.
+    read_at = timezone.now()
     ids, answer_hours = late_changes(first, before=first)
     written = hours_roll(first, end)
     rolled = set(RolledHour.objects.filter(hour__in=answer_hours).values_list("hour", flat=True))
     for hour in sorted(rolled):
         written += hours_roll(at(hour), at(hour + HOUR))
     if ids:
-        written += conversations_rescore(ids)
+        written += conversations_rescore(ids, read_at=read_at)
     return written
 
 

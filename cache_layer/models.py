@@ -150,7 +150,7 @@ class CacheJudgement(models.Model):
     ``cached_question``? (verified promotion, after Apple's Krites; ``cache_layer.promotion``).
 
     ``similarity``: the two questions' cosine. ``verdict``: ``pending`` until the judge (the
-    ``simple`` tier, ``routing.promotion``) answers, then ``same``, ``different`` or ``error``
+    ``simple`` tier, ``routing.cache_review.promotion``) answers, then ``same``, ``different`` or ``error``
     (``detail`` says why). A ``same`` verdict promotes: ``alias`` is a cached answer for the
     judged question itself (the entry's answer; none when one was already live), and the entry's
     ``verified_cosine`` falls to ``similarity``. ``reverted_at`` / ``reverted_by``: a person

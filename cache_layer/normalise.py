@@ -4,7 +4,7 @@ Two questions share an exact key when they differ only in case, full/half-width 
 and spacing, in English and Chinese alike: ``"Do you ship to Canada?"``, ``"do you ship to canada"``
 and ``"ＤＯ　ＹＯＵ ship to Canada ？"`` all give ``"do you ship to canada"``.
 
-Unlike ``routing.faq_model.normalise_text`` this keeps numbers and names as they are: the exact
+Unlike ``routing.faq.model.normalise_text`` this keeps numbers and names as they are: the exact
 key must never merge two questions that need different answers (order numbers are refused by the
 policy before they reach a key at all, see :mod:`cache_layer.policy`).
 """

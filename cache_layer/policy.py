@@ -22,7 +22,7 @@ _CJK = CJK_CLASS
 # Order, invoice, tracking and account numbers: any run of 5+ digits (Bitext's order ids are
 # 6-15 digits; the check's are 8). Five keeps postcodes out too, which are personal with a street.
 _LONG_DIGITS = re.compile(r"(?<!\d)\d{5,}(?!\d)")
-#: An e-mail address (also masked before model calls, routing.privacy).
+#: An e-mail address (also masked before model calls, routing.prompt.privacy).
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.UNICODE)
 # Phone numbers: 7+ digits in groups joined by spaces, dots, dashes or brackets, optional "+".
 _PHONE = re.compile(r"(?:\+\s?)?\(?\d{2,4}\)?(?:[\s.-]?\(?\d{2,5}\)?){2,5}")

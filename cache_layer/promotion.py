@@ -2,7 +2,7 @@
 same answer (after Apple's Krites: a judge model confirms a near miss before the cache serves it,
 and vCache's per-entry thresholds: what was verified moves that entry's own bar).
 
-The flow, with the router's half in ``routing.promotion`` and ``routing.tasks``:
+The flow, with the router's half in ``routing.cache_review.promotion`` and ``routing.tasks``:
 
 1. A remote answer was made for a question the cache missed. :func:`cache_layer.services.near_miss`
    finds the closest live entry that no rule let answer it: cosine at least

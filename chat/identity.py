@@ -149,7 +149,7 @@ def address_key(address: str) -> str:
     """A keyed hash (HMAC-SHA256 with ``SECRET_KEY``, 32 hex digits) of the network a shopper
     connects from: the IPv4 address, or the /64 of an IPv6 one (the block one subscriber gets,
     RFC 6177, within which a client may change its address at will). What an anonymous
-    shopper's address budget is kept under (``routing.budgets``) without storing the address.
+    shopper's address budget is kept under (``routing.upstream.budgets``) without storing the address.
     "" for an address that is not an IP address (a test client, a Unix socket)."""
     try:
         ip = ipaddress.ip_address(address.strip())

@@ -27,7 +27,7 @@ class Route(models.TextChoices):
     CACHE_EXACT = "cache.exact"
     CACHE_SEMANTIC = "cache.semantic"
     FAQ = "faq"
-    ACTION = "action"  # the store's data in a template (routing.actions), no model call
+    ACTION = "action"  # the store's data in a template (routing.orders.actions), no model call
     LLM_SIMPLE = "llm.simple"
     LLM_MEDIUM = "llm.medium"
     LLM_COMPLEX = "llm.complex"
@@ -82,7 +82,7 @@ class Conversation(models.Model):
     identity_verified_at = models.DateTimeField(null=True, blank=True)
     # A keyed hash of the network the conversation was started from (chat.identity.address_key:
     # the IPv4 address, an IPv6 /64): an anonymous shopper's spend budget is per conversation and
-    # per address (routing.budgets), so a new conversation does not start a new budget. The
+    # per address (routing.upstream.budgets), so a new conversation does not start a new budget. The
     # address itself is never stored.
     address_key = models.CharField(max_length=32, blank=True)
     # The escalation packet shown to agents (shape: chat.handoff.Packet): why, a summary, what the bot said.
@@ -134,7 +134,7 @@ class Message(models.Model):
     route = models.CharField(max_length=16, choices=Route.choices, blank=True)
     model = models.CharField(max_length=100, blank=True)
     # Which deployment of its tier gave a remote answer: "current" (the tier's own model) or
-    # "candidate" (the tier's canary candidate, routing.canary); "" for answers no model gave.
+    # "candidate" (the tier's canary candidate, routing.upstream.canary); "" for answers no model gave.
     # Ops compares the two (ratings, cuts, handoffs) per answer.
     variant = models.CharField(max_length=10, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
@@ -162,7 +162,7 @@ class Message(models.Model):
     # When the shopper last rated it: Ops re-rolls the hours a late rating changes (ops.rollup).
     rated_at = models.DateTimeField(null=True, blank=True)
     # Signals about a shopper message, for agents: "prompt_injection" when it tried to override
-    # the assistant's instructions (routing.injection). Empty for nearly every message.
+    # the assistant's instructions (routing.decide.injection). Empty for nearly every message.
     flags = models.JSONField(default=list, blank=True)
     agent_name = models.CharField(max_length=150, blank=True)
     # A streaming bot answer's lease: the process streaming it renews it while it streams

@@ -137,7 +137,7 @@ def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
 def message_item(msg: Message) -> dict[str, Any]:
     """A stored message for agents (transcripts, the console's ``history`` frame):
     ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "reason"?, "model"?, "cut"?, "superseded"?, "cached"?,
-    "agent"?, "rating"?, "flags"?}``; ``reason``: why the router chose the route (agents only); ``flags``: e.g. ``["prompt_injection"]`` on a shopper message (routing.injection); ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
+    "agent"?, "rating"?, "flags"?}``; ``reason``: why the router chose the route (agents only); ``flags``: e.g. ``["prompt_injection"]`` on a shopper message (routing.decide.injection); ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
     item: dict[str, Any] = {
         "id": msg.pk,
         "seq": msg.seq,

@@ -261,7 +261,7 @@ def _not_a_probe(record: logging.LogRecord) -> bool:
 
 # Personal data (e-mail, phone, card and Chinese ID numbers, street addresses) is replaced by
 # reversible placeholders ("[PHONE_1]") before any upstream call and put back in the streamed
-# answer (routing/privacy.py). Phone numbers are those valid in one of KEFU_PHONE_REGIONS (ISO
+# answer (routing/prompt/privacy.py). Phone numbers are those valid in one of KEFU_PHONE_REGIONS (ISO
 # 3166 codes: the store's markets), or written with a "+".
 KEFU_MASK_PERSONAL_DATA = _env("bool", "KEFU_MASK_PERSONAL_DATA", default=True)
 KEFU_PHONE_REGIONS = _env("list", "KEFU_PHONE_REGIONS", default=["CN", "US", "GB"])
@@ -467,7 +467,7 @@ KEFU_TIERS = {
         "price_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_INPUT", default=p_in),
         "price_cached_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_CACHED_INPUT", default=p_cached),
         "price_output_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_OUTPUT", default=p_out),
-        # Client-side limits (routing/throttle.py); 0 = no limit of ours (the upstream's
+        # Client-side limits (routing/upstream/throttle.py); 0 = no limit of ours (the upstream's
         # x-ratelimit-* headers are honoured either way).
         "max_concurrency": _env("int", f"KEFU_{tier.upper()}_MAX_CONCURRENCY", default=0),
         "rpm": _env("int", f"KEFU_{tier.upper()}_RPM", default=0),
@@ -476,16 +476,16 @@ KEFU_TIERS = {
         "connect_timeout_s": _env("float", f"KEFU_{tier.upper()}_CONNECT_TIMEOUT_S", default=0.0),
         "first_token_timeout_s": _env("float", f"KEFU_{tier.upper()}_FIRST_TOKEN_TIMEOUT_S", default=0.0),
         "total_timeout_s": _env("float", f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=0.0),
-        # Store-wide spend cap of the tier per day, USD (routing/budgets.py); 0 = none.
+        # Store-wide spend cap of the tier per day, USD (routing/upstream/budgets.py); 0 = none.
         "day_cap_usd": _env("float", f"KEFU_{tier.upper()}_DAY_CAP_USD", default=0.0),
         # Configured on its own (model, base URL or key): the tier classifier may choose it up
-        # front (routing/classifier.py). A tier that only inherits OPENAI_* is a fallback only.
+        # front (routing/decide/tier_classifier.py). A tier that only inherits OPENAI_* is a fallback only.
         "dedicated": any(
             env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")
         ),
-        # Canary rollout (routing/canary.py, docs/routing.md): a candidate model that answers
+        # Canary rollout (routing/upstream/canary.py, docs/routing.md): a candidate model that answers
         # `share` (0-1; 0 = off) of the tier's conversations, chosen by a hash of the conversation.
-        # Empty or None: the tier's own value, read at the time of the call (routing.tiers.deployment).
+        # Empty or None: the tier's own value, read at the time of the call (routing.upstream.tiers.deployment).
         "canary": {
             "model": env.str(f"KEFU_{tier.upper()}_CANARY_MODEL", default=""),
             "base_url": env.str(f"KEFU_{tier.upper()}_CANARY_BASE_URL", default=""),
@@ -505,7 +505,7 @@ for _tier, _cfg in KEFU_TIERS.items():
         raise ImproperlyConfigured(
             f"KEFU_{_tier.upper()}_CANARY_SHARE={_cfg['canary']['share']} must be from 0 to 1 (a share of conversations)"
         )
-# The canary's automatic rollback (routing/canary.py): once at least KEFU_CANARY_MIN_CALLS calls of
+# The canary's automatic rollback (routing/upstream/canary.py): once at least KEFU_CANARY_MIN_CALLS calls of
 # a tier's candidate were judged (answered, or failed the way that counts towards its circuit
 # breaker) within the last KEFU_CANARY_WINDOW_S seconds (and since staff last decided), a share of
 # failures above KEFU_CANARY_MAX_ERROR_RATE rolls it back. Each process re-reads the canary's
@@ -514,7 +514,7 @@ KEFU_CANARY_MAX_ERROR_RATE = _env("float", "KEFU_CANARY_MAX_ERROR_RATE", default
 KEFU_CANARY_MIN_CALLS = _env("int", "KEFU_CANARY_MIN_CALLS", default=20)
 KEFU_CANARY_WINDOW_S = _env("float", "KEFU_CANARY_WINDOW_S", default=900.0)
 KEFU_CANARY_REFRESH_S = _env("float", "KEFU_CANARY_REFRESH_S", default=2.0)
-# Tier classifier (routing/classifier.py, docs/routing.md): keyword rules file (handoff or a tier),
+# Tier classifier (routing/decide/tier_classifier.py, docs/routing.md): keyword rules file (handoff or a tier),
 # the learned model's confidence below which the more expensive of its top two tiers answers
 # (bench/tier_eval.py chose it), and a switch (off: `simple` answers, fallbacks as before).
 KEFU_TIER_ROUTING = _env("bool", "KEFU_TIER_ROUTING", default=True)
@@ -553,10 +553,10 @@ KEFU_CACHE_LOCAL_MAX_ENTRIES = _env("int", "KEFU_CACHE_LOCAL_MAX_ENTRIES", defau
 # pub/sub (cache_layer/hot.py); 0 turns the layer off.
 KEFU_CACHE_HOT_MAX_ENTRIES = _env("int", "KEFU_CACHE_HOT_MAX_ENTRIES", default=10_000)
 KEFU_CACHE_REDIS_TIMEOUT_MS = _env("float", "KEFU_CACHE_REDIS_TIMEOUT_MS", default=250.0)
-# Follow-ups are rewritten into a standalone question before the cache is asked (routing/rewrite.py):
+# Follow-ups are rewritten into a standalone question before the cache is asked (routing/prompt/rewrite.py):
 # the rewrite's whole wall-clock budget, seconds.
 KEFU_REWRITE_TIMEOUT_S = _env("float", "KEFU_REWRITE_TIMEOUT_S", default=3.0)
-# Measured false-hit rate (routing/audit.py, cache_layer/audit.py): share of semantic hits re-answered in the background
+# Measured false-hit rate (routing/cache_review/audit.py, cache_layer/audit.py): share of semantic hits re-answered in the background
 # (0..1), and the answer-embedding cosine at or above which the fresh answer counts as the same.
 KEFU_CACHE_AUDIT_RATE = _env("float", "KEFU_CACHE_AUDIT_RATE", default=0.05)
 KEFU_CACHE_AUDIT_SAME_COSINE = _env("float", "KEFU_CACHE_AUDIT_SAME_COSINE", default=0.85)
@@ -564,16 +564,16 @@ KEFU_CACHE_AUDIT_SAME_COSINE = _env("float", "KEFU_CACHE_AUDIT_SAME_COSINE", def
 KEFU_EMBED_BATCH_MAX = _env("int", "KEFU_EMBED_BATCH_MAX", default=32)
 KEFU_EMBED_BATCH_WAIT_MS = _env("float", "KEFU_EMBED_BATCH_WAIT_MS", default=2.0)
 KEFU_CONTEXT_TURNS = _env("int", "KEFU_CONTEXT_TURNS", default=5)
-# Prompt budget per tier (routing/prompt.py): the most tokens a remote model's prompt may take
+# Prompt budget per tier (routing/prompt/build.py): the most tokens a remote model's prompt may take
 # (system prompt with grounding and summary, the last turns that fit, the new message).
 KEFU_CONTEXT_TOKENS = {
     tier: _env("int", f"KEFU_{tier.upper()}_CONTEXT_TOKENS", default=default)
     for tier, default in (("simple", 3000), ("medium", 6000), ("complex", 12000))
 }
-# Rolling summary (chat/summary.py, routing/summary.py): older turns are summarised by the simple tier once at least
+# Rolling summary (chat/summary.py, routing/prompt/summary.py): older turns are summarised by the simple tier once at least
 # this many have left the prompt window unsummarised (0 = never summarise).
 KEFU_SUMMARY_MIN_TURNS = _env("int", "KEFU_SUMMARY_MIN_TURNS", default=2)
-# Single flight (routing/singleflight.py): identical cacheable questions in flight at once share
+# Single flight (routing/upstream/singleflight.py): identical cacheable questions in flight at once share
 # one upstream stream (per process).
 KEFU_SINGLE_FLIGHT = _env("bool", "KEFU_SINGLE_FLIGHT", default=True)
 # Retries of one tier before its first token (then the next tier): full-jitter backoff, seconds.
@@ -581,11 +581,11 @@ KEFU_LLM_RETRIES = _env("int", "KEFU_LLM_RETRIES", default=1)
 KEFU_LLM_RETRY_BASE_S = _env("float", "KEFU_LLM_RETRY_BASE_S", default=0.25)
 KEFU_LLM_RETRY_CAP_S = _env("float", "KEFU_LLM_RETRY_CAP_S", default=2.0)
 KEFU_LLM_MAX_TOKENS = _env("int", "KEFU_LLM_MAX_TOKENS", default=600)
-# Circuit breaker per upstream deployment (routing/breaker.py): this many consecutive failures
+# Circuit breaker per upstream deployment (routing/upstream/breaker.py): this many consecutive failures
 # open it; it stays open (the tier is skipped) for the cooldown, then lets one trial call through.
 KEFU_BREAKER_FAILURES = _env("int", "KEFU_BREAKER_FAILURES", default=5)
 KEFU_BREAKER_COOLDOWN_S = _env("float", "KEFU_BREAKER_COOLDOWN_S", default=30.0)
-# Spend budgets (routing/budgets.py, docs/routing.md), USD per day (TIME_ZONE) and per calendar
+# Spend budgets (routing/upstream/budgets.py, docs/routing.md), USD per day (TIME_ZONE) and per calendar
 # month; 0 = no limit. A verified shopper's are theirs on every device; an anonymous shopper is
 # held to the shopper budget per conversation and to the address budget per network (all the
 # anonymous shoppers behind one address share it: behind a proxy, Daphne needs --proxy-headers).
@@ -602,7 +602,7 @@ KEFU_BUDGET_SOFT_SHARE = _env("float", "KEFU_BUDGET_SOFT_SHARE", default=0.8)
 # A call's reservation not settled within this many seconds (its process died) counts as spent
 # at its maximum; longer than a call may last (KEFU_LLM_TOTAL_TIMEOUT_S, retries, fallbacks).
 KEFU_BUDGET_HOLD_S = _env("float", "KEFU_BUDGET_HOLD_S", default=600.0)
-# OpenAI-compatible gateway (POST /v1/chat/completions, routing/gateway.py): the longest request
+# OpenAI-compatible gateway (POST /v1/chat/completions, routing/gateway/completions.py): the longest request
 # body accepted, and the most tokens an answer may have (a client's max_tokens is capped to it).
 KEFU_GATEWAY_MAX_BODY_BYTES = _env("int", "KEFU_GATEWAY_MAX_BODY_BYTES", default=1_000_000)
 KEFU_GATEWAY_MAX_TOKENS = _env("int", "KEFU_GATEWAY_MAX_TOKENS", default=4096)

@@ -5,7 +5,8 @@ from django.urls import path
 from chat import views
 from ops import candidates_views
 from ops import views as ops_views
-from routing import canary_views, gateway_views
+from routing import views as canary_views
+from routing.gateway import views as gateway_views
 
 urlpatterns = [
     path("", views.storefront, name="storefront"),
@@ -25,7 +26,7 @@ urlpatterns = [
     path("ops/faq-candidates/", candidates_views.candidates_page, name="ops-faq-candidates"),
     path("ops/api/faq-candidates", candidates_views.candidates_api, name="ops-faq-candidates-api"),
     # Canary rollout (docs/routing.md): Ops shows candidate and current side by side (read-only);
-    # the decisions are the router's own (routing/canary_views.py), like the gateway.
+    # the decisions are the router's own (routing/views.py), like the gateway.
     path("ops/canary/", ops_views.canary_page, name="ops-canary"),
     path("ops/api/canary", ops_views.canary_api, name="ops-canary-api"),
     path("ops/canary/<str:tier>/<str:action>", canary_views.decide, name="canary-decide"),

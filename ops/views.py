@@ -223,7 +223,7 @@ def canary_api(request: HttpRequest, period: Period) -> HttpResponse:
 def canary_page(request: HttpRequest, period: Period) -> HttpResponse:
     """``GET /ops/canary/?hours=24``: each tier's candidate beside its own model, with the forms
     that promote, roll back or resume it. The forms post to the router's own view
-    (``routing.canary_views``): this page only reads. ``static/kefu/ops.js`` asks for a
+    (``routing.views``): this page only reads. ``static/kefu/ops.js`` asks for a
     confirmation before a form is sent (no inline script: the CSP allows none)."""
     hours = period_hours(period)
     data = ops.canary_summary(standings=router.canary_standings(), hours=hours)

@@ -4,11 +4,11 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from . import budgets
-from .faq_import import faq_entry_changed
-from .gateway import hash_key, new_key
-from .models import ApiKey, BudgetCounter, FaqEntry, TierOverride, UpstreamCall
-from .registry import faq_changed
+from routing.faq.importer import faq_entry_changed
+from routing.faq.registry import faq_changed
+from routing.gateway.completions import hash_key, new_key
+from routing.models import ApiKey, BudgetCounter, FaqEntry, TierOverride, UpstreamCall
+from routing.upstream import budgets
 
 
 @admin.register(FaqEntry)
@@ -85,7 +85,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 @admin.register(BudgetCounter)
 class BudgetCounterAdmin(admin.ModelAdmin):
-    """Spend budgets, read-only (``routing.budgets``): what each payer spent and holds in a day or
+    """Spend budgets, read-only (``routing.upstream.budgets``): what each payer spent and holds in a day or
     month. Customer ids and addresses appear as keyed hashes."""
 
     list_display = ("starts_on", "period", "kind", "key", "spent_usd", "reserved_usd", "limit_usd", "updated_at")
@@ -138,7 +138,7 @@ class UpstreamCallAdmin(admin.ModelAdmin):
 
 @admin.register(TierOverride)
 class TierOverrideAdmin(admin.ModelAdmin):
-    """Canary decisions (``routing.canary``), the audit trail: who promoted, rolled back or resumed
+    """Canary decisions (``routing.upstream.canary``), the audit trail: who promoted, rolled back or resumed
     which tier's candidate, when and why (``auto``: the automatic rollback). Read-only: decisions
     are made on ``/ops/canary/``, and the newest row of a tier is the one in force."""
 

@@ -107,24 +107,24 @@ class Purpose(models.TextChoices):
 
 
 class Variant(models.TextChoices):
-    """Which deployment of a tier answered or was called (routing.tiers, routing.canary)."""
+    """Which deployment of a tier answered or was called (routing.upstream.tiers, routing.upstream.canary)."""
 
     CURRENT = "current", "The tier's own model"
     CANDIDATE = "candidate", "The tier's canary candidate"
 
 
 class UpstreamCall(models.Model):
-    """The cost ledger: one row per attempt to call a remote tier (``routing.resilience``).
+    """The cost ledger: one row per attempt to call a remote tier (``routing.upstream.resilience``).
 
     A tier skipped without a request (open breaker, exhausted rate limit, concurrency) gets a row
     too, with ``error_code`` saying why and no tokens. Tokens come from the API's usage;
     ``estimated`` marks rows whose tokens kefu counted itself (no usage reported: a stream cut,
-    a timeout). ``cost_usd`` is USD at the tier's list prices (``routing.ledger.cost_usd``).
+    a timeout). ``cost_usd`` is USD at the tier's list prices (``routing.upstream.ledger.cost_usd``).
     ``ttft_ms`` / ``latency_ms`` are from the attempt's request to its first text / its end.
     ``message`` is the shopper message being answered (chat), ``api_key`` the gateway key,
     ``purpose`` what the call was for (``Purpose``), ``variant`` which deployment of the tier was
     called: its own model (``current``) or its canary candidate (``candidate``, priced at the
-    candidate's prices; routing.canary).
+    candidate's prices; routing.upstream.canary).
     """
 
     conversation = models.ForeignKey(
@@ -155,7 +155,7 @@ class UpstreamCall(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["tier", "created_at"], name="upstreamcall_tier_created"),
-            # The canary's error rate (routing.canary): the candidate's recent calls of a tier.
+            # The canary's error rate (routing.upstream.canary): the candidate's recent calls of a tier.
             models.Index(
                 fields=["tier", "created_at"],
                 condition=models.Q(variant="candidate"),
@@ -169,7 +169,7 @@ class UpstreamCall(models.Model):
 
 
 class BudgetCounter(models.Model):
-    """What one payer spent and holds in one period (``routing.budgets``): ``kind`` of payer
+    """What one payer spent and holds in one period (``routing.upstream.budgets``): ``kind`` of payer
     (``customer``, ``conversation``, ``address``, ``key``, ``tier``), its ``key`` (a keyed hash for
     a customer id or an address, so no personal data is kept here; the conversation's UUID, the
     gateway key's id or the tier's name otherwise), the ``period`` (``day`` or ``month``) that
@@ -217,7 +217,7 @@ class CanaryState(models.TextChoices):
 
 
 class TierOverride(models.Model):
-    """A decision about one tier's canary candidate (``routing.canary``): promote it, roll it back,
+    """A decision about one tier's canary candidate (``routing.upstream.canary``): promote it, roll it back,
     or resume the canary at the environment's share. Append-only: the newest row of a tier is in
     force while it names the candidate the environment configures (``candidate_model``; a new
     candidate starts from the environment again), and every row is the audit trail: who (``by``:

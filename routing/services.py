@@ -27,28 +27,18 @@ from decimal import Decimal
 from django.conf import settings
 
 from cache_layer import audit as cache_audit
-
-from . import (
-    answers,
-    canary,
-    classify,
-    injection,
-    ledger,
-    privacy,
-    prompt,
-    singleflight,
-    strategy,
-    tasks,
-    tiers,
-    tools,
-    warmup,
-)
-from . import summary as summaries
-from .complete import complete_decision
-from .providers.base import ProviderError, StreamDone, StreamItem, TextDelta
-from .registry import registry
-from .replies import person_request_words
-from .types import AnswerRecord, CallContext, Decision, HistoryLoader, Payer, Question, Suggestion
+from routing import tasks, warmup
+from routing.decide import answers, classify, injection, strategy
+from routing.decide.replies import person_request_words
+from routing.faq.registry import registry
+from routing.orders import tools
+from routing.prompt import build as prompt
+from routing.prompt import privacy
+from routing.prompt import summary as summaries
+from routing.providers.base import ProviderError, StreamDone, StreamItem, TextDelta
+from routing.types import AnswerRecord, CallContext, Decision, HistoryLoader, Payer, Question, Suggestion
+from routing.upstream import canary, ledger, singleflight, tiers
+from routing.upstream.complete import complete_decision
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +97,7 @@ class Answer:
         self._decision = decision
         self._question = question
         # A message that tries to override the instructions is flagged for agents, and its
-        # answer is this shopper's alone (routing.injection).
+        # answer is this shopper's alone (routing.decide.injection).
         self.flags: list[str] = [injection.FLAG] if injection.injection_signals(question.text) else []
         if self.flags:
             decision.shareable = False
@@ -128,7 +118,7 @@ class Answer:
                 # May call the store for this shopper's orders: never shared with another question.
                 self._source = tools.stream_with_tools(decision, question=question, context=context)
             else:
-                # Identical cacheable questions in flight at once share one upstream call (routing.singleflight).
+                # Identical cacheable questions in flight at once share one upstream call (routing.upstream.singleflight).
                 self._source = singleflight.open_stream(
                     decision, question=decision.cache_question or question.text, context=context
                 )
@@ -146,7 +136,7 @@ class Answer:
     @property
     def variant(self) -> str:
         """Which deployment of the tier a remote answer was sent to (``current``, or
-        ``candidate``: its canary candidate, routing.canary); "" when no model answers. It may
+        ``candidate``: its canary candidate, routing.upstream.canary); "" when no model answers. It may
         change while streaming (a candidate that fails before its first token is followed by the
         tier's own model): the ``AnswerRecord`` says which answered."""
         return self._decision.variant if self._remote else ""
@@ -181,10 +171,10 @@ class Answer:
                 yield piece
             return
         sent = False
-        # The request carried placeholders for personal data (routing.privacy): the shopper reads
+        # The request carried placeholders for personal data (routing.prompt.privacy): the shopper reads
         # their own values again, a placeholder split across pieces held until it is whole.
         unmasker = privacy.StreamUnmasker(self._decision.vault) if self._decision.vault else None
-        # An answer that repeats the assistant's own instructions is stopped (routing.injection).
+        # An answer that repeats the assistant's own instructions is stopped (routing.decide.injection).
         guard = injection.LeakGuard(prompt.instructions(self._decision.locale))
         try:
             while True:
@@ -259,7 +249,7 @@ class Answer:
         record = await asyncio.to_thread(account) if route.startswith("llm.") and done is None else account()
         if route.startswith("llm.") and singleflight.is_follower(self._source):
             # Another question's upstream call answered this one: no tokens or cost of its own; the
-            # cost of that call is what this answer saved (routing.singleflight).
+            # cost of that call is what this answer saved (routing.upstream.singleflight).
             record = replace(
                 record, prompt_tokens=0, completion_tokens=0, cost_usd=Decimal(0), saved_usd=record.cost_usd
             )
@@ -284,7 +274,7 @@ class Answer:
             )
             if decision.shareable and decision.cache_scope:
                 # A near miss of the cache is judged off this path, and promoted when it needs
-                # the same answer (routing.promotion; nothing without a simple tier).
+                # the same answer (routing.cache_review.promotion; nothing without a simple tier).
                 try:
                     await tasks.maybe_judge_async(
                         question=question.text, scope=decision.cache_scope, embedding=decision.cache_vector
@@ -309,16 +299,16 @@ def _leak() -> ProviderError:
 
 def answer_pieces(text: str) -> list[str]:
     """``text`` (a fixed answer) in the pieces of about 40 code points a stream of it would bring
-    (``routing.answers.chunks``); ``"".join`` gives ``text`` back."""
+    (``routing.decide.answers.chunks``); ``"".join`` gives ``text`` back."""
     return answers.chunks(text)
 
 
 async def answer_open(*, question: Question, history: HistoryLoader) -> Answer:
-    """Decide who answers ``question`` (``routing.strategy``: handoff keywords, FAQ, scope, then a
+    """Decide who answers ``question`` (``routing.decide.strategy``: handoff keywords, FAQ, scope, then a
     cached or fresh remote answer, else a handoff) and open its answer; a remote answer's upstream
     request is sent at once. ``history`` is called only on the remote path. Never raises for
     content; raises what ``history`` raises. A remote answer in a conversation its tier's canary
-    takes goes to the tier's candidate model (``routing.canary``)."""
+    takes goes to the tier's candidate model (``routing.upstream.canary``)."""
     decision = await strategy.decide(question=question, history=history)
     await canary.assign(decision, conversation_id=question.conversation_id)
     return Answer(decision, question)
@@ -327,7 +317,7 @@ async def answer_open(*, question: Question, history: HistoryLoader) -> Answer:
 def canary_standings() -> list[dict[str, object]]:
     """Every tier with a canary candidate configured, cheapest first: ``{"tier", "current",
     "candidate", "env_share", "state", "share", "decided_by", "decided_at", "reason"}`` (the
-    models' names; ``routing.canary``;
+    models' names; ``routing.upstream.canary``;
     ``state`` ``canary``, ``promoted`` or ``rolled_back``; shares in [0, 1]). Blocking (at most
     one query per tier, when this process's copy is stale)."""
     return [s.as_dict() for tier in tiers.TIER_ORDER if (s := canary.status(tier)) is not None]
@@ -367,7 +357,7 @@ def answer_lost(
 ) -> Decimal:
     """An answer whose process died while it streamed (Chat's orphan sweep found it): when it came
     from a remote tier (``route`` ``llm.<tier>``), write that call's ledger row, estimated from
-    ``question`` and the ``text`` the shopper had (``routing.ledger.lost_call_record``), and return
+    ``question`` and the ``text`` the shopper had (``routing.upstream.ledger.lost_call_record``), and return
     its estimated cost in USD; other routes cost nothing (0). Blocking: call in a thread.
     ``question_message_id``: the shopper message it answered; ``started_at``: when the answer's
     row was written (a call recorded since, by a process that stopped gracefully, is not counted
@@ -441,7 +431,7 @@ def router_start() -> None:
 
 def router_keep_upstreams_warm() -> None:
     """Keep a connection open to each configured tier's upstream from this event loop
-    (``routing.tiers.keep_upstreams_warm``): call from the server's loop, e.g. as a socket
+    (``routing.upstream.tiers.keep_upstreams_warm``): call from the server's loop, e.g. as a socket
     connects; idempotent, returns at once."""
     tiers.keep_upstreams_warm()
 

@@ -16,13 +16,12 @@ from django.db import transaction
 
 from cache_layer import audit as cache_audit
 from lib.background import Background
-
-from .audit import audit_hit
+from routing.cache_review.audit import audit_hit
 
 
 @shared_task(name="routing.tasks.audit_cache_hit", ignore_result=True)
 def audit_cache_hit(audit_id: int) -> str | None:
-    """Re-answer a served semantic hit and record the verdict (``routing.audit.audit_hit``).
+    """Re-answer a served semantic hit and record the verdict (``routing.cache_review.audit.audit_hit``).
 
     ``audit_id``: the pending ``cache_layer.CacheAudit`` row (opened by :func:`maybe_audit`),
     which holds the question. Returns the verdict (``same``/``different``/``error``), or None when
@@ -88,9 +87,9 @@ async def drain() -> None:
 @shared_task(name="routing.tasks.judge_near_miss", ignore_result=True)
 def judge_near_miss(judgement_id: int) -> str | None:
     """Judge a near miss of the answer cache and promote it when it needs the same answer
-    (``routing.promotion.judge``). ``judgement_id``: the pending ``cache_layer.CacheJudgement``.
+    (``routing.cache_review.promotion.judge``). ``judgement_id``: the pending ``cache_layer.CacheJudgement``.
     Returns the verdict, or None when the judgement was not pending. Never raises."""
-    from . import promotion
+    from routing.cache_review import promotion
 
     row = promotion.judge(judgement_id=int(judgement_id))
     return row.verdict if row is not None else None
@@ -98,14 +97,13 @@ def judge_near_miss(judgement_id: int) -> str | None:
 
 def maybe_judge(*, question: str, scope: str, embedding: np.ndarray | None) -> int | None:
     """After a remote answer to ``question`` (cache scope ``scope``, its vector ``embedding``):
-    when near misses are judged (``routing.promotion.enabled``) and the cache has one for it,
+    when near misses are judged (``routing.cache_review.promotion.enabled``) and the cache has one for it,
     open a pending judgement and enqueue :func:`judge_near_miss` on commit. Its id, or None.
     Synchronous; with eager Celery the judge's call runs in this thread: from async code use
     :func:`maybe_judge_async`."""
     from cache_layer import promotion as cache_promotion
     from cache_layer import services as cache
-
-    from . import promotion
+    from routing.cache_review import promotion
 
     if not promotion.enabled():
         return None
@@ -127,7 +125,7 @@ async def maybe_judge_async(*, question: str, scope: str, embedding: np.ndarray 
     """:func:`maybe_judge` for the answering loop, in a worker thread it never waits for (the
     shopper's next message never waits for a judge). ``False`` when nothing is judged at all
     (no ``simple`` tier, promotion off). :func:`drain` waits for those threads."""
-    from . import promotion
+    from routing.cache_review import promotion
 
     if not promotion.enabled():
         return False
@@ -138,8 +136,8 @@ async def maybe_judge_async(*, question: str, scope: str, embedding: np.ndarray 
 @shared_task(name="routing.tasks.expire_budget_holds", ignore_result=True)
 def expire_budget_holds() -> int:
     """Beat, every minute: spend-budget holds whose call's process died count as spent at their
-    maximum (``routing.budgets.expire_holds``); counters of long-past periods are deleted.
+    maximum (``routing.upstream.budgets.expire_holds``); counters of long-past periods are deleted.
     Returns how many holds expired."""
-    from . import budgets
+    from routing.upstream import budgets
 
     return budgets.expire_holds()

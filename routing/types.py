@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from .privacy import Vault
-    from .providers.base import ChatRequest, Provider
+    from routing.prompt.privacy import Vault
+    from routing.providers.base import ChatRequest, Provider
 
 #: The routes of protocol 1 (docs/protocol.md): who answered a message.
 ROUTES = (
@@ -49,7 +49,7 @@ class Question:
     code points); ``locale``: the conversation's locale (``"en"``/``"zh"``), the fallback when the
     text itself shows no language; ``customer_id``: the store's customer id of a verified shopper
     ("" for an anonymous one); ``address_key``: a keyed hash of the network the conversation
-    came from ("" unknown). The last two say who pays for remote calls (``routing.budgets``)."""
+    came from ("" unknown). The last two say who pays for remote calls (``routing.upstream.budgets``)."""
 
     conversation_id: uuid.UUID | None
     message_id: int | None
@@ -90,7 +90,7 @@ class CallContext:
     answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls;
     ``purpose``: what the call was for (``routing.models.Purpose``: ``answer``, ``rewrite``,
     ``summary``, ``suggestion``, ``audit``, ``gateway``); ``payer``: whose spend budgets the call
-    is reserved against besides its tier's store-wide cap (``routing.budgets``; None: the cap only).
+    is reserved against besides its tier's store-wide cap (``routing.upstream.budgets``; None: the cap only).
     """
 
     conversation_id: uuid.UUID | None = None
@@ -102,7 +102,7 @@ class CallContext:
 
 @dataclass(frozen=True)
 class Payer:
-    """Who a remote call's cost counts against (``routing.budgets``): a verified shopper by their
+    """Who a remote call's cost counts against (``routing.upstream.budgets``): a verified shopper by their
     store ``customer_id``; an anonymous one by ``conversation_id`` and ``address_key`` (both);
     a gateway caller by ``api_key_id``. Empty fields are not counted."""
 
@@ -143,7 +143,7 @@ class AnswerRecord:
     cache_entry_id: int | None = None
     reason: str = ""
     # A remote answer's deployment of its tier: "current" (the tier's own model) or "candidate"
-    # (its canary candidate, routing.canary); "" for an answer no model gave.
+    # (its canary candidate, routing.upstream.canary); "" for an answer no model gave.
     variant: str = ""
 
 
@@ -165,23 +165,23 @@ class Decision:
     cache_scope: str = ""  # where a remote answer may be stored (answer cache)
     cache_vector: np.ndarray | None = None
     # The question the answer cache keys on: the message itself, or for a follow-up ("and the
-    # blue one?") its standalone rewrite (routing.rewrite); "" = the message's text.
+    # blue one?") its standalone rewrite (routing.prompt.rewrite); "" = the message's text.
     cache_question: str = ""
     cache_entry_id: int | None = None  # the cached answer served (cache.* routes)
     grounded_on: list[int] = field(default_factory=list)
     # Whether a remote answer may reach other shoppers (stored in the answer cache, or streamed to
     # the identical questions in flight): not for a rewritten follow-up (its history made it), nor
     # when the earlier turns or the summary held personal data ("Thanks, Alice!") or a turn that
-    # tried to instruct the model (routing.strategy._history_clean), nor a flagged question.
+    # tried to instruct the model (routing.decide.strategy._history_clean), nor a flagged question.
     shareable: bool = True
-    # The placeholders of personal data masked in ``request`` (routing.privacy.Vault): the
+    # The placeholders of personal data masked in ``request`` (routing.prompt.privacy.Vault): the
     # streamed answer is unmasked with it. None: nothing was masked.
     vault: Vault | None = None
     # The tiers the spend budgets leave open to this answer, fallbacks included
-    # (``routing.budgets.Standing.tiers_open``); None: every configured tier.
+    # (``routing.upstream.budgets.Standing.tiers_open``); None: every configured tier.
     tiers_allowed: tuple[str, ...] | None = None
     # Which deployment of ``tier`` the request goes to (after streaming: which answered):
-    # "current", the tier's own model, or "candidate", its canary candidate (routing.canary).
+    # "current", the tier's own model, or "candidate", its canary candidate (routing.upstream.canary).
     variant: str = "current"
     # The candidate is on trial (a canary, not promoted): its answer is neither cached nor shared
     # with identical questions in flight (``shareable`` is off too).

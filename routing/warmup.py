@@ -10,9 +10,9 @@ as the server starts; ``/healthz`` reports ``router: loading`` (HTTP 503) until 
 What is warmed:
 
 * the ``openai`` SDK and the provider module (imports);
-* the tokenizer of every configured tier's model (``routing.tokens.warm_tokenizer``), so prompt
+* the tokenizer of every configured tier's model (``routing.upstream.tokens.warm_tokenizer``), so prompt
   budgets are counted exactly from the first message;
-* the tier classifier (``routing.classifier.get_classifier``: trains on the shipped labels);
+* the tier classifier (``routing.decide.tier_classifier.get_classifier``: trains on the shipped labels);
 * the answer cache's intent model and the embedder (one embedding);
 * the language detector's models (``lib.text``).
 
@@ -31,9 +31,8 @@ from django.db import close_old_connections
 from cache_layer.embeddings import embed_batched
 from cache_layer.intent_model import get_intent_model
 from lib.text import configured_detector
-
-from . import tokens
-from .classifier import get_classifier
+from routing.decide.tier_classifier import get_classifier
+from routing.upstream import tokens
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ def _run() -> None:
 def warm() -> None:
     """The warm-up itself (blocking, ~3-5 s on 2 cores the first time in a process)."""
     # The point of this import is its cost: the openai SDK (~1.2 s), paid here, not by a shopper.
-    from .providers import openai_remote  # noqa: F401
+    from routing.providers import openai_remote  # noqa: F401
 
     for tier in settings.KEFU_TIERS.values():
         if tier.get("api_key") and tier.get("model"):

@@ -121,8 +121,8 @@ def chromium() -> str:
 @pytest.fixture
 def faq(db: Any) -> Any:
     """TEST_FAQ imported and the process's FAQ model trained on it."""
-    from routing.faq_import import faq_import, validate
-    from routing.registry import registry
+    from routing.faq.importer import faq_import, validate
+    from routing.faq.registry import registry
 
     faq_import([validate(r, i) for i, r in enumerate(TEST_FAQ, 1)])
     registry.reload()
@@ -417,7 +417,7 @@ def _tier_classifier_trained(django_db_setup: Any, django_db_blocker: Any) -> No
     its first training takes seconds, and paying that inside whichever test first routes a remote
     message would eat that test's first-token budget. The server warms it at start-up likewise
     (config/asgi.py)."""
-    from routing.classifier import get_classifier
+    from routing.decide.tier_classifier import get_classifier
 
     with django_db_blocker.unblock():
         get_classifier()
@@ -444,8 +444,9 @@ def _router_ready() -> None:
 def routing_guards() -> Iterator[None]:
     """Circuit breakers, the upstream rate-limit book and the tier limiters live per process:
     reset them before and after a test that exercises them."""
-    from routing import breaker, throttle, upstream_blocks
     from routing.providers import ratelimits
+    from routing.upstream import blocks as upstream_blocks
+    from routing.upstream import breaker, throttle
 
     def reset() -> None:
         breaker.reset_breakers()
@@ -469,9 +470,9 @@ def _fresh_cache_indexes() -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_canaries() -> Iterator[None]:
-    """The canaries' state (routing.canary) is kept per process and in the cache for
+    """The canaries' state (routing.upstream.canary) is kept per process and in the cache for
     ``KEFU_CANARY_REFRESH_S``; every test starts from a database rolled back, so from none."""
-    from routing import canary
+    from routing.upstream import canary
 
     canary.forget()
     yield

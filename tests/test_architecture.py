@@ -47,11 +47,16 @@ def test_the_project_keeps_every_contract(project_copy: Path) -> None:
     ("module", "line", "contract"),
     [
         ("routing/probe.py", "from chat.models import Conversation", "The router imports nothing of chat or ops"),
-        ("cache_layer/probe.py", "from routing import strategy", "The cache imports nothing of the router"),
-        ("chat/probe.py", "from routing import strategy", "Chat reaches the router only through its door"),
+        ("cache_layer/probe.py", "from routing.decide import strategy", "The cache imports nothing of the router"),
+        ("chat/probe.py", "from routing.decide import strategy", "Chat reaches the router only through its door"),
         ("chat/probe.py", "from cache_layer import services", "Chat reaches the router only through its door"),
         ("routing/probe.py", "import openai", "Only routing.providers.openai_remote imports the openai SDK"),
         ("lib/probe.py", "from routing import types", "Lib is the bottom"),
+        # The router's rooms: an upward import, and one between two rooms that must stay independent.
+        ("routing/upstream/probe.py", "from routing.decide import strategy", "The router's rooms"),
+        ("routing/orders/probe.py", "from routing.prompt import build", "The router's rooms"),
+        # Exhaustive: a new flat module at the router's top level must take a place in the layers.
+        ("routing/probe.py", "import json", "The router's rooms"),
     ],
 )
 def test_a_forbidden_import_breaks_the_contract_that_forbids_it(

@@ -366,7 +366,7 @@ def answer_claim_through(*, conversation_id: uuid.UUID, after_seq: int) -> list[
 
 
 def message_flags_set(*, message_id: int, flags: list[str]) -> None:
-    """Store ``flags`` (e.g. ``["prompt_injection"]``, routing.injection) on shopper message
+    """Store ``flags`` (e.g. ``["prompt_injection"]``, routing.decide.injection) on shopper message
     ``message_id``, for agents to see in the transcript. One UPDATE."""
     Message.objects.filter(pk=message_id).update(flags=list(flags))
 

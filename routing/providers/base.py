@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 ProviderErrorCode = Literal[
-    "refused",  # kefu stopped the answer: it repeated the assistant's instructions (routing.injection)
+    "refused",  # kefu stopped the answer: it repeated the assistant's instructions (routing.decide.injection)
     "rate_limited",  # 429 from the upstream
     "timeout",  # connect, first-token or total deadline passed
     "connection",  # could not connect, or the connection broke (also mid-stream)
@@ -37,7 +37,7 @@ ProviderErrorCode = Literal[
     "bad_request",  # 400/404/422 and other 4xx: this request will never succeed there
     "auth",  # 401/403 or missing credentials
     "malformed",  # the upstream sent something that is not a valid chunk
-    "budget",  # kefu did not call: the spend budgets leave no room for it (routing.budgets)
+    "budget",  # kefu did not call: the spend budgets leave no room for it (routing.upstream.budgets)
 ]
 
 

@@ -163,5 +163,5 @@ class UpstreamLimitBook:
             self._until.clear()
 
 
-# The process's book, fed by `routing.providers.openai_remote`, read by `routing.resilience`.
+# The process's book, fed by `routing.providers.openai_remote`, read by `routing.upstream.resilience`.
 book = UpstreamLimitBook()

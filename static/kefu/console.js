@@ -367,7 +367,7 @@
       if (m.reason) rec.meta.append(el("span", "route-reason", m.reason));
     }
     if ((m.flags || []).includes("prompt_injection")) {
-      // The shopper tried to override the assistant's instructions (routing/injection.py).
+      // The shopper tried to override the assistant's instructions (routing/decide/injection.py).
       rec.meta.append(el("span", "badge badge--warn", "possible prompt injection"));
     }
     if (m.superseded) rec.meta.append(el("span", "badge", "dropped: the shopper kept typing"));

@@ -1,4 +1,4 @@
-"""The measured false-hit rate (cache_layer/audit.py, routing/audit.py, routing/tasks.py): sampled
+"""The measured false-hit rate (cache_layer/audit.py, routing/cache_review/audit.py, routing/tasks.py): sampled
 re-answers, agents' marks, Wilson intervals.
 
 Re-answers go over real HTTP to the project's fake OpenAI server (tests/fake_openai.py) through
@@ -17,12 +17,13 @@ from cache_layer.audit import false_hit_rates, mark_wrong, wilson_interval
 from cache_layer.embeddings import get_embedder
 from cache_layer.intent_model import get_intent_model
 from cache_layer.models import CacheAudit, CachedAnswer
-from routing import audit as reanswer
-from routing import breaker, tasks, throttle
-from routing.faq_model import normalise_text
+from routing import tasks
+from routing.cache_review import audit as reanswer
+from routing.faq.model import normalise_text
 from routing.models import UpstreamCall
 from routing.providers import ratelimits
 from routing.tasks import maybe_audit
+from routing.upstream import breaker, throttle
 from tests.cache_layer.entries import store_answer
 from tests.fake_openai import Behaviour
 

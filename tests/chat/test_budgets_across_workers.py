@@ -22,7 +22,7 @@ import websockets
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_openai import Behaviour, running_fake_openai
 
-from routing.answers import budget_text
+from routing.decide.answers import budget_text
 
 pytestmark = pytest.mark.asyncio
 

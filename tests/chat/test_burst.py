@@ -15,8 +15,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Message
-from routing import ledger
 from routing.models import UpstreamCall
+from routing.upstream import ledger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour

@@ -143,7 +143,7 @@ async def test_cut_stream_is_not_cached(make_client, faq, remote):
 async def test_editing_a_grounding_faq_entry_evicts_its_answers(make_client, faq, remote):
     from conftest import TEST_FAQ
 
-    from routing.faq_import import faq_import, validate
+    from routing.faq.importer import faq_import, validate
 
     remote.push(Behaviour(text="Express orders arrive the next day."))
     await ask(make_client, "Can I get the oak side table delivered by Saturday?")

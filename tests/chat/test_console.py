@@ -702,8 +702,8 @@ async def test_canned_replies_and_suggested_reply(make_client, make_agent, faq):
 async def test_a_suggested_reply_from_the_remote_model_is_in_the_ledger_as_a_suggestion(
     make_client, make_agent, faq, remote, settings
 ):
-    from routing import ledger
     from routing.models import UpstreamCall
+    from routing.upstream import ledger
 
     settings.KEFU_CACHE_ENABLED = False  # the draft must come from the model, not the cached answer
     remote.push(

@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 
 from cache_layer.models import CachedAnswer
 from chat.models import Conversation
-from routing import answers
+from routing.decide import answers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour

@@ -99,8 +99,8 @@ async def test_a_row_without_a_lease_counts_from_its_creation(make_client, faq, 
 async def test_a_remote_orphan_gets_its_estimated_ledger_row(make_client, faq, settings):
     """The dead process never wrote the ledger row of the call it was streaming: the sweep writes
     it, estimated from the question and the text the shopper had, at the tier's prices."""
-    from routing.ledger import TYPICAL_PROMPT_TOKENS, cost_usd
     from routing.models import UpstreamCall
+    from routing.upstream.ledger import TYPICAL_PROMPT_TOKENS, cost_usd
 
     conv, _token, bot = await killed_mid_answer(lease_left_s=-1, route="llm.simple")
     await streams.begin(message_id=bot.pk, seq=2, route="llm.simple")

@@ -108,7 +108,8 @@ async def test_without_a_simple_tier_nothing_is_judged(faq):
     # No remote tier configured (the test settings' default): a near miss exists, nothing judges it.
     from cache_layer import promotion as cache_promotion
     from cache_layer import services as cache
-    from routing import promotion, tasks
+    from routing import tasks
+    from routing.cache_review import promotion
 
     def scenario() -> tuple[int | None, str]:
         scope = "test-scope"

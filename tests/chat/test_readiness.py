@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 
 from chat.models import Message
 from routing import warmup
-from routing.registry import registry
+from routing.faq.registry import registry
 
 SHIPPING_EN = "Orders ship within 1 business day and arrive in 2-4 business days."
 

@@ -140,7 +140,7 @@ async def test_stream_cut_after_first_token_is_stored_as_cut_with_error(make_cli
 async def test_message_sent_while_streaming_is_stored_at_once_and_answered_after(make_client, faq, remote):
     remote.push(Behaviour(text="one two three four five six", token_ms=150))
     # The second message is a follow-up: before it is answered, the simple tier rewrites it into a
-    # standalone question for the answer cache (routing.rewrite), a call of its own.
+    # standalone question for the answer cache (routing.prompt.rewrite), a call of its own.
     remote.push(Behaviour(text="Is the shade of the walnut floor lamp washable?"))
     remote.push(Behaviour(text="second answer"))
     shopper = await make_client()

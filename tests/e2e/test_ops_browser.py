@@ -38,7 +38,7 @@ from django.utils import timezone
 from chat.models import Conversation, Message
 from ops.cells import floor_to
 from cache_layer.models import CacheAudit
-from routing.ledger import cost_usd
+from routing.upstream.ledger import cost_usd
 from routing.models import FaqEntry, UpstreamCall
 
 olivia = User.objects.create_user("olivia", password="ops-pass-123", is_staff=True)

@@ -1,5 +1,5 @@
 """The canary page (/ops/canary/, /ops/api/canary): a tier's candidate beside its own model, and
-staff's promote / roll back / resume (POST /ops/canary/<tier>/<action>, routing.canary_views)."""
+staff's promote / roll back / resume (POST /ops/canary/<tier>/<action>, routing.views)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from chat.models import Conversation, Message
-from routing import canary
 from routing.models import TierOverride, UpstreamCall
+from routing.upstream import canary
 
 pytestmark = pytest.mark.django_db
 

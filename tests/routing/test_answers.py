@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lib.text import CJK
-from routing.answers import fill_placeholders
+from routing.decide.answers import fill_placeholders
 
 ZH_CONTACT = "您可以拨打 {{Support Phone}}（服务时间：{{Support Hours}}）联系 {{Store Name}} 团队。"
 EN_CONTACT = "Call {{Support Phone}} (hours: {{Support Hours}}) to reach the {{Store Name}} team."

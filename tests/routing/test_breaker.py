@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from routing import breaker, ledger, throttle
-from routing.breaker import CircuitBreaker
 from routing.models import UpstreamCall
 from routing.providers.base import ChatRequest, ProviderError, StreamDone, TextDelta
 from routing.providers.openai_remote import close_clients
@@ -25,9 +23,11 @@ from routing.providers.ratelimits import (
     parse_duration_s,
     parse_rate_limit_headers,
 )
-from routing.resilience import stream_with_fallback
-from routing.tiers import provider_for
 from routing.types import Decision
+from routing.upstream import breaker, ledger, throttle
+from routing.upstream.breaker import CircuitBreaker
+from routing.upstream.resilience import stream_with_fallback
+from routing.upstream.tiers import provider_for
 from tests.fake_openai import Behaviour, FakeOpenAI
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from routing import upstream_blocks
 from routing.providers import ratelimits
-from routing.resilience import upstream_key
-from routing.tiers import provider_for
+from routing.upstream import blocks as upstream_blocks
+from routing.upstream.resilience import upstream_key
+from routing.upstream.tiers import provider_for
 from tests.fake_openai import Behaviour
 from tests.routing.test_ledger import decision, outcomes, rows, run
 

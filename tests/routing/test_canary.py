@@ -1,4 +1,4 @@
-"""Canary rollout (routing.canary, docs/routing.md "Canary rollout"): a tier's candidate model
+"""Canary rollout (routing.upstream.canary, docs/routing.md "Canary rollout"): a tier's candidate model
 answers a share of its conversations, chosen by a hash of the conversation id; staff promote or
 roll it back (TierOverride, audited); too many failures roll it back by themselves.
 
@@ -20,11 +20,11 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Permission, User
 
 from chat.models import Conversation
-from routing import canary, ledger
 from routing import services as router
 from routing.models import TierOverride, UpstreamCall
-from routing.resilience import deployments
 from routing.types import CallContext, History, Question
+from routing.upstream import canary, ledger
+from routing.upstream.resilience import deployments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour, running_fake_openai
@@ -177,9 +177,9 @@ async def test_the_candidate_answers_with_its_own_upstream_key_and_prices(faq, r
 
 
 async def test_the_candidate_has_its_own_throttle_slots_and_breaker(settings, candidate) -> None:
-    from routing import breaker, throttle
-    from routing.resilience import upstream_key
-    from routing.tiers import provider_for
+    from routing.upstream import breaker, throttle
+    from routing.upstream.resilience import upstream_key
+    from routing.upstream.tiers import provider_for
 
     tiers = {tier: dict(cfg) for tier, cfg in settings.KEFU_TIERS.items()}
     tiers["simple"]["max_concurrency"] = 1
@@ -386,7 +386,7 @@ async def test_the_candidate_is_rolled_back_once_its_error_rate_passes_the_thres
     await conversations(ids)
     # One success, then failures: 1 of 2 is not above 50%; 3 failures of 4 calls are.
     candidate.push(Behaviour(text="fine"))
-    caplog.set_level(logging.WARNING, logger="routing.canary")
+    caplog.set_level(logging.WARNING, logger="routing.upstream.canary")
     for cid in ids[:4]:
         _, record = await answer(cid)
         await ledger.flush()  # the row, and the check after it
@@ -435,7 +435,7 @@ async def test_a_candidates_answer_lost_with_its_process_is_booked_to_the_candid
 
     from chat import sweeper
     from chat.models import Message
-    from routing.ledger import cost_usd
+    from routing.upstream.ledger import cost_usd
 
     candidate.push(Behaviour(text="Yes, it dims with the switch on its cord.", token_ms=300))
     shopper = await make_client()

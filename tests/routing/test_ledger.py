@@ -17,14 +17,14 @@ from channels.db import database_sync_to_async
 
 from chat.models import Conversation, Message
 from lib.tokens import count_tokens
-from routing import ledger
-from routing.ledger import CallContext
 from routing.models import UpstreamCall
 from routing.providers.base import ChatRequest, ProviderError, StreamDone, TextDelta
 from routing.providers.openai_remote import close_clients
-from routing.resilience import stream_with_fallback
-from routing.tiers import provider_for
 from routing.types import Decision
+from routing.upstream import ledger
+from routing.upstream.ledger import CallContext
+from routing.upstream.resilience import stream_with_fallback
+from routing.upstream.tiers import provider_for
 from tests.fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]

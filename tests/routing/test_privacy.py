@@ -1,11 +1,11 @@
-"""Personal data masked before upstream calls (routing/privacy.py): what is found, placeholders
+"""Personal data masked before upstream calls (routing/prompt/privacy.py): what is found, placeholders
 that go back, and a chat whose phone number reaches the upstream masked and the shopper unmasked."""
 
 from __future__ import annotations
 
 import pytest
 
-from routing.privacy import StreamUnmasker, Vault, find_personal_data, mask_messages
+from routing.prompt.privacy import StreamUnmasker, Vault, find_personal_data, mask_messages
 from tests.fake_openai import Behaviour
 
 

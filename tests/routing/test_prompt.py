@@ -1,4 +1,4 @@
-"""The prompt's token budget (routing/prompt.py): the system prompt and the new message always,
+"""The prompt's token budget (routing/prompt/build.py): the system prompt and the new message always,
 then the most recent whole turns that fit the tier's ``KEFU_<TIER>_CONTEXT_TOKENS``, never more
 than ``KEFU_CONTEXT_TURNS``; the rolling summary in the system message. Tokens are counted with
 the tier model's tokenizer (``count_tokens``), the same one the assertions use."""
@@ -12,10 +12,10 @@ import pytest
 
 from chat import tasks as chat_tasks
 from lib.tokens import count_tokens
-from routing import ledger
-from routing import tokens as router_tokens
-from routing.prompt import MIN_MESSAGE_TOKENS, SUMMARY_HEADING, TRUNCATION_NOTE, build_messages, build_prompt
+from routing.prompt.build import MIN_MESSAGE_TOKENS, SUMMARY_HEADING, TRUNCATION_NOTE, build_messages, build_prompt
 from routing.providers.openai_remote import close_clients
+from routing.upstream import ledger
+from routing.upstream import tokens as router_tokens
 
 GROUNDING = [("How long does delivery take?", "Orders arrive in 2-4 business days.")]
 HISTORY = [
@@ -191,7 +191,7 @@ async def test_the_remote_prompt_keeps_what_fits_the_budget(
     assert tokens(msgs) <= budget
 
 
-# --- What a FAQ / cache / shared answer saved (routing.ledger.saved_usd) ------------------------------
+# --- What a FAQ / cache / shared answer saved (routing.upstream.ledger.saved_usd) ------------------------------
 
 
 def test_saved_usd_prices_the_answer_at_the_tier_that_would_have_answered() -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from routing import trainer
-from routing.faq_import import faq_import, validate
-from routing.registry import faq_changed, registry
+from routing.faq import trainer
+from routing.faq.importer import faq_import, validate
+from routing.faq.registry import faq_changed, registry
 
 NEW_ENTRY = {
     "intent": "gift_wrap",
@@ -27,7 +27,7 @@ NEW_ENTRY = {
 
 @pytest.fixture
 def held_training(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """A retrain (``routing.trainer.train``, the trainer process) blocks until ``release`` is set;
+    """A retrain (``routing.faq.trainer.train``, the trainer process) blocks until ``release`` is set;
     ``started`` says a training began."""
     started, release = threading.Event(), threading.Event()
     train = trainer.train
@@ -214,8 +214,8 @@ def test_a_killed_server_leaves_no_trainer_process_behind(tmp_path):
         "    import django\n"
         "    os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings_test')\n"
         "    django.setup()\n"
-        "    from routing import trainer\n"
-        "    from routing.faq_model import FaqTrainingEntry\n"
+        "    from routing.faq import trainer\n"
+        "    from routing.faq.model import FaqTrainingEntry\n"
         "    entries = [FaqTrainingEntry(1, 'returns', 'en', ('can I return an item', 'send it back')),\n"
         "               FaqTrainingEntry(2, 'shipping', 'en', ('how long does delivery take', 'when will it arrive'))]\n"
         "    _model, _scope, pid = trainer.train(entries, (0.5, 0.5, 0.5, 0.5))\n"
@@ -251,9 +251,9 @@ def test_a_killed_server_leaves_no_trainer_process_behind(tmp_path):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_a_classification_prefetched_before_the_faq_changed_is_not_used(faq: Any) -> None:
-    """A message's classification starts as it arrives (routing.classify.prefetch); one that is
+    """A message's classification starts as it arrives (routing.decide.classify.prefetch); one that is
     never consumed (a resent duplicate) must not answer a later message with the FAQ as it was."""
-    from routing import classify
+    from routing.decide import classify
 
     classify.prefetch(text="do you accept paypal?", conversation_locale="en")
     stale = await classify._prefetched[("do you accept paypal?", "en")]

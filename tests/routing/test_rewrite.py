@@ -1,4 +1,4 @@
-"""Follow-ups rewritten into standalone questions (routing/rewrite.py), against the fake upstream.
+"""Follow-ups rewritten into standalone questions (routing/prompt/rewrite.py), against the fake upstream.
 
 The real ``openai`` client talks HTTP to tests/fake_openai.py, scripted per test; the rewrite goes
 through ``stream_with_fallback`` like every remote call, so it is also a row of the cost ledger.
@@ -13,11 +13,11 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chat.models import Conversation, Message
-from routing import ledger
-from routing.ledger import CallContext
 from routing.models import UpstreamCall
+from routing.prompt.rewrite import REWRITE_MAX_CHARS, REWRITE_MAX_TOKENS, clean_rewrite, standalone_question
 from routing.providers.openai_remote import close_clients
-from routing.rewrite import REWRITE_MAX_CHARS, REWRITE_MAX_TOKENS, clean_rewrite, standalone_question
+from routing.upstream import ledger
+from routing.upstream.ledger import CallContext
 from tests.fake_openai import Behaviour
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]

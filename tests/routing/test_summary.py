@@ -1,4 +1,4 @@
-"""The rolling summary (chat.summary, routing.summary / chat.tasks.summarise_conversation): turns that left the
+"""The rolling summary (chat.summary, routing.prompt.summary / chat.tasks.summarise_conversation): turns that left the
 prompt window are folded into ``Conversation.summary`` by the ``simple`` tier after a bot answer,
 in the background (Celery runs eagerly in the tests, as in the embedded defaults), as a row of
 the cost ledger; without a model nothing is summarised."""
@@ -17,10 +17,10 @@ from channels.db import database_sync_to_async
 from chat import tasks as chat_tasks
 from chat.models import Conversation
 from chat.summary import conversation_summarise, summary_work
-from routing import ledger
 from routing.models import UpstreamCall
+from routing.prompt.summary import SUMMARY_MAX_TOKENS
 from routing.providers.openai_remote import close_clients
-from routing.summary import SUMMARY_MAX_TOKENS
+from routing.upstream import ledger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour

@@ -1,4 +1,4 @@
-"""Tier routing end to end over /ws/chat/: the router chooses the tier (routing/classifier.py) and
+"""Tier routing end to end over /ws/chat/: the router chooses the tier (routing/decide/tier_classifier.py) and
 the real ``openai`` client calls the project's streaming test server (tests/fake_openai.py)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ COMPLEX_Q = (
 def tiers(settings, remote):
     """``remote`` with every tier configured on its own (``dedicated``), so the router may choose
     any of them up front; ``tiers(complex=False)`` leaves a tier unconfigured (no API key)."""
-    from routing.classifier import reset_classifier
+    from routing.decide.tier_classifier import reset_classifier
 
     def configure(**enabled: bool) -> None:
         settings.KEFU_TIERS = {

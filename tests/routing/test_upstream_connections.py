@@ -209,7 +209,7 @@ async def test_http2_on_a_plain_http_upstream_speaks_http_1_1(fake_openai: FakeO
 @pytest.mark.django_db(transaction=True)
 async def test_a_socket_connecting_keeps_the_tiers_upstream_warm(make_client, remote, settings) -> None:
     import routing.providers.openai_remote  # noqa: F401  (the server's warm-up imports it, in a thread)
-    from routing import tiers
+    from routing.upstream import tiers
 
     settings.KEFU_UPSTREAM_KEEPWARM_S = 30
     await make_client()

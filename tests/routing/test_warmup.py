@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from lib.tokens import encoding_name_for_model
-from routing import tokens, warmup
+from routing import warmup
+from routing.upstream import tokens
 
 
 @pytest.fixture

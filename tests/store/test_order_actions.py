@@ -84,8 +84,8 @@ ORDER_FAQ = [
 
 @pytest.fixture
 def order_faq(db: Any) -> Any:
-    from routing.faq_import import faq_import, validate
-    from routing.registry import registry
+    from routing.faq.importer import faq_import, validate
+    from routing.faq.registry import registry
 
     records = [r for r in TEST_FAQ if r["intent"] != "return_policy"] + ORDER_FAQ
     faq_import([validate(r, i) for i, r in enumerate(records, 1)])

@@ -1,4 +1,4 @@
-"""Store tools on the remote path (routing/tools.py): the real ``openai`` client streams scripted
+"""Store tools on the remote path (routing/orders/tools.py): the real ``openai`` client streams scripted
 ``tool_calls`` from the test server; kefu validates the arguments, runs the store's door for the
 shopper's own orders, sends the results back and streams the model's answer. Changes end with
 kefu's own confirmation question, and a "yes" makes them once."""
@@ -79,7 +79,7 @@ QUESTION = "Quick one about KF-1001 (mei.chen@example.com): did the napkins go i
 
 async def test_a_model_looks_an_order_up_and_answers_from_it(make_client, faq, demo_orders, remote):
     remote.push(
-        # The model saw a placeholder for the e-mail (routing.privacy) and calls the tool with it.
+        # The model saw a placeholder for the e-mail (routing.prompt.privacy) and calls the tool with it.
         Behaviour(
             tool_calls=[{"name": "order_status", "arguments": {"order_number": "KF-1001", "email": "[EMAIL_1]"}}]
         ),

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.faq_import import BadRecord, FaqRecord, faq_import, read_records, validate
+from routing.faq.importer import BadRecord, FaqRecord, faq_import, read_records, validate
+from routing.faq.registry import faq_changed
 from routing.models import FaqEntry
-from routing.registry import faq_changed
 
 
 class Command(BaseCommand):

@@ -1,0 +1,257 @@
+"""Who answers a shopper message: the cheapest way that is still right.
+
+Order of checks (docs/routing.md):
+1. the shopper asks for a person (keyword rules, English and Chinese) -> ``handoff``;
+0. a short "yes"/"no" to a change the bot offered -> ``action`` (``routing.orders.actions``);
+2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
+   intent whose order is known -> ``action`` (the store's data in a template, no model call);
+   a message naming an order (number and e-mail) -> ``action``;
+3. the scope classifier says the message is not a store matter -> ``decline``;
+4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries; the tier
+   classifier (``routing.decide.tier_classifier``: keyword rules, then a learned model) chooses the tier, or a
+   keyword rule (legal threat, fraud, chargeback...) hands the message to a person; the spend
+   budgets (``routing.upstream.budgets``) may send it a tier down, or, when spent, to a person with a
+   polite notice (``handoff``);
+5. otherwise -> ``handoff`` (a person answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from cache_layer import services as cache
+from cache_layer.embeddings import embed_async
+from cache_layer.policy import is_follow_up, personal_data
+from lib.text import detect_locale
+from routing.decide import answers
+from routing.decide.classify import classified as classified_text
+from routing.decide.injection import injection_signals
+from routing.decide.replies import small_talk_reply, wants_human
+from routing.decide.tier_classifier import HANDOFF, rule_for
+from routing.faq.model import normalise_text
+from routing.faq.registry import registry
+from routing.orders import actions, tools
+from routing.prompt import build as prompt
+from routing.prompt import privacy, rewrite
+from routing.providers.base import ChatRequest
+from routing.types import CallContext, Decision, History, HistoryLoader, Payer, Question
+from routing.upstream import budgets
+from routing.upstream.tiers import configured_tiers, provider_for, tier_model
+from store.services import store_on
+
+log = logging.getLogger(__name__)
+
+
+def handoff_decision(*, locale: str, reason: str) -> Decision:
+    return Decision(route="handoff", locale=locale, text=answers.handoff_text(locale), reason=reason)
+
+
+def budget_decision(*, locale: str, reason: str) -> Decision:
+    """A question the spend budgets leave no remote tier for: a person answers (``handoff``), and
+    the shopper is told so politely (``routing.decide.answers.budget_text``)."""
+    return Decision(route="handoff", locale=locale, text=answers.budget_text(locale), reason=f"budget: {reason}")
+
+
+async def decide(*, question: Question, history: HistoryLoader, store_actions: bool = True) -> Decision:
+    """Choose the route for ``question`` (see the module docstring). ``history`` is called only
+    on the remote path, and not for a conversation's first message. ``store_actions``: False
+    for a draft (an agent's suggested reply) that must not look up, offer or confirm anything
+    in the store. Never raises for content; raises what ``history`` raises."""
+    text = question.text
+    locale = detect_locale(text, question.locale)
+    # A "yes" or "no" to a change the bot offered (cancel, return): made or forgotten, no model.
+    confirmed = await actions.confirm_decision(question, locale) if store_actions else None
+    if confirmed is not None:
+        return confirmed
+    rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
+    asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
+
+    classified = await classified_text(text, locale)
+    match, verdict = classified.match, classified.verdict
+    if match is not None and match.accepted and match.entry_id is not None:  # never in a language the FAQ lacks
+        entry = registry.entries.get(match.entry_id)
+        if entry is not None:
+            # Prefer the same intent in the shopper's language.
+            entry = registry.by_intent.get((entry.intent, locale), entry)
+            action = (
+                actions.intent_action(entry.intent) if store_actions and store_on() and not asks_for_person else None
+            )
+            if action is not None:
+                # An order intent: answered from the store when the order is known (route
+                # ``action``), else the FAQ answer with an offer to look it up.
+                return await actions.intent_decision(
+                    question,
+                    locale,
+                    action=action,
+                    faq_text=answers.fill_placeholders(entry.answer, entry.locale),
+                    faq_entry_id=entry.entry_id,
+                )
+            # A shopper who asks for a person gets the store's own answer about it (its FAQ
+            # entry) and is put in the agents' queue all the same.
+            return Decision(
+                route="faq",
+                locale=locale,
+                text=answers.fill_placeholders(entry.answer, entry.locale),
+                faq_entry_id=entry.entry_id,
+                reason=f"faq {entry.intent} p={match.confidence:.2f}",
+                queue_for_agent=asks_for_person,
+            )
+    if asks_for_person:
+        if rule is not None and rule.action == HANDOFF:
+            return handoff_decision(locale=locale, reason=f"rule {rule.name}")
+        return handoff_decision(locale=locale, reason="shopper asked for a person")
+    # A message naming an order the shopper may see (its number and e-mail): where it is.
+    named = await actions.reference_decision(question, locale) if store_actions else None
+    if named is not None:
+        return named
+    reply = small_talk_reply(text, locale)
+    if reply is not None:
+        return Decision(route="decline", locale=locale, text=reply, reason="small talk")
+    if verdict is not None and verdict.out_of_scope:
+        return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
+
+    if classified.remote is not None and classified.tier is not None:
+        tier_decision = classified.tier  # never handoff here: classify sets no remote for that
+        tier = tier_decision.tier
+        cache_scope = classified.cache_scope
+        grounding, grounded_on, vector = classified.remote
+        hit = classified.hit
+        turns: list[tuple[str, str]] = []
+        summary = ""
+        cache_question = ""
+        payer = Payer.of_question(question)
+        standing: budgets.Standing | None = None
+        stand = budgets.Standing()
+        budget_note = ""
+        # A hit needs no history, nor does a conversation's first message: no database round trip.
+        # Where the spend budgets stand is read alongside (one query, none with no budget set).
+        if hit is None:
+            configured = configured_tiers()
+            if question.seq > 1:
+                past: History
+                past, stand = await asyncio.gather(
+                    history(before_seq=question.seq, turns=settings.KEFU_CONTEXT_TURNS),
+                    budgets.standing_async(payer, configured),
+                )
+                turns, summary = [(role, body) for role, body in past.turns if body], past.summary
+            else:
+                stand = await budgets.standing_async(payer, configured)
+            standing = stand
+            chosen = stand.choose(tier, configured)
+            if chosen is None:
+                log.info("no remote tier within the spend budgets: %s", stand.reason())
+                return budget_decision(locale=locale, reason=stand.reason())
+            if chosen != tier:
+                budget_note = f", sent to {chosen} by the budget ({stand.reason()})"
+                tier = chosen
+        # What leaves for an upstream carries placeholders instead of personal data (routing.prompt.privacy):
+        # the new message, the earlier turns and the summary; the store's grounding is its own text.
+        # An answer made with earlier turns may reach other shoppers only when those turns could
+        # not have made it this shopper's: no personal data in them or in the summary ("I'm
+        # Alice" -> "Thanks, Alice!") and no turn that tried to instruct the model (a hostile
+        # turn it may obey). Measured: refusing every answer made with history left 3x more
+        # questions to the model in bench/load.py's 5-turn conversations.
+        history_clean = _history_clean(turns, summary)
+        vault = privacy.Vault() if privacy.masking_on() else None
+        sent_text = text
+        if vault is not None:
+            sent_text, summary = vault.mask(text), vault.mask(summary)
+            turns = [(role, vault.mask(body)) for role, body in turns]
+        if hit is None and settings.KEFU_CACHE_ENABLED and turns and is_follow_up(text):
+            # A follow-up is only a cache key once rewritten into a standalone question from the
+            # conversation (by the simple tier); without a rewrite it is neither served nor stored.
+            standalone = await rewrite.standalone_question(
+                history=turns,
+                text=sent_text,
+                locale=locale,
+                context=CallContext(
+                    conversation_id=question.conversation_id, message_id=question.message_id, payer=payer
+                ),
+            )
+            if standalone and vault is not None:
+                standalone = vault.unmask(standalone)
+            if standalone:
+                norm = normalise_text(standalone)
+                vector = (await embed_async([norm]))[0] if norm else None
+                cache_question = standalone
+                hit = await database_sync_to_async(cache.lookup)(
+                    question=standalone, scope=cache_scope, embedding=vector
+                )
+        if hit is not None:
+            return Decision(
+                route=hit.route,
+                locale=locale,
+                tier=tier,
+                text=hit.answer,
+                cache_entry_id=hit.entry_id,
+                cache_question=cache_question or text,
+                reason=f"{hit.route} {hit.rule} similarity={hit.similarity:.3f} entry={hit.entry_id}",
+            )
+        messages = prompt.build_messages(
+            grounding=grounding, history=turns, text=sent_text, locale=locale, tier=tier, summary=summary
+        )
+        # An order question may call the store (routing.orders.tools); others are spared the tools' tokens.
+        use_tools = store_actions and store_on() and tools.relevant(text, grounded_on)
+        if use_tools:
+            messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{tools.TOOL_NOTE}"}, *messages[1:]]
+        return Decision(
+            route=f"llm.{tier}",
+            locale=locale,
+            tier=tier,
+            provider=provider_for(tier),
+            request=ChatRequest(
+                messages=messages,
+                model=tier_model(tier),
+                max_tokens=settings.KEFU_LLM_MAX_TOKENS,
+                tools=tools.definitions(verified=bool(question.customer_id)) if use_tools else None,
+                tool_choice="auto" if use_tools else None,
+            ),
+            reason=f"remote model, {tier_decision.describe()}{budget_note}{', store tools' if use_tools else ''}",
+            cache_scope=cache_scope,
+            cache_vector=vector,
+            grounded_on=grounded_on,
+            cache_question=cache_question,
+            # An answer a budget sent a tier down is not what that tier's cache scope promises.
+            shareable=history_clean and not cache_question and not budget_note,
+            vault=vault or None,
+            tiers_allowed=tuple(standing.tiers_open(configured_tiers())) if standing is not None else None,
+        )
+    return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
+
+
+def _history_clean(turns: list[tuple[str, str]], summary: str) -> bool:
+    """Whether earlier ``turns`` (``(role, text)``, unmasked) and the ``summary`` leave an answer
+    fit to share: no personal data in any of them, no shopper turn with an injection signal."""
+    if summary and personal_data(summary):
+        return False
+    return not any(personal_data(body) or (role == "shopper" and injection_signals(body)) for role, body in turns)
+
+
+async def offer_to_cache(decision: Decision, *, question: str, text: str, model: str) -> None:
+    """Offer a complete remote answer ``text`` (by ``model``) to ``question`` to the answer cache,
+    in the decision's cache scope, with the FAQ entries it was grounded on; the cache's policy may
+    refuse it (personal data, follow-ups...). Nothing when the decision has no cache scope or is
+    not ``shareable`` (its prompt held earlier turns), the text is empty or the cache is off.
+    Never raises: a failure is logged (the cache is an optimisation, and the answer already
+    reached the asker)."""
+    if not (decision.cache_scope and decision.shareable and text and settings.KEFU_CACHE_ENABLED):
+        return
+    try:
+        await database_sync_to_async(cache.store)(
+            question=question,
+            answer=text,
+            scope=decision.cache_scope,
+            embedding=decision.cache_vector,
+            route=decision.route,
+            model=model,
+            grounded_on=decision.grounded_on,
+            prompt_version=prompt.SYSTEM_PROMPT_VERSION,
+            cut=False,
+            locale=decision.locale,
+        )
+    except Exception:  # the cache's edge
+        log.exception("storing a remote answer in the answer cache failed (scope %s)", decision.cache_scope)

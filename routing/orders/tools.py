@@ -1,0 +1,385 @@
+"""Store tools on the remote path: the tiers call the store through the ``openai`` SDK's function
+calling, and kefu runs the calls.
+
+A remote answer gets the tools only when its question is about an order (it names an order
+number or an e-mail address, or the FAQ entries it is grounded on include an order intent of
+``KEFU_ACTION_INTENTS``): the five definitions cost about 350 prompt tokens a call, which every
+other question is spared.
+
+The loop (:func:`stream_with_tools`): stream a round; text goes to the shopper as it comes; when
+the round ends with ``tool_calls``, each call's arguments are validated (pydantic, unknown fields
+refused), the store's door runs it (``store.services``: the shopper's own orders only) within
+``KEFU_STORE_TIMEOUT_S``, its result goes back as a ``tool`` message and the next round streams.
+At most ``KEFU_TOOL_MAX_CALLS`` calls an answer; the round after the last allowed call is sent
+with ``tool_choice="none"``, so the model must answer in words. Every round is a ledger row
+(purpose ``answer`` for the first, ``tool`` after a tool's result); every store call is an audit
+row (purpose ``tool``).
+
+A change (cancel, return, new address) is never made by a tool call: the call records an offer
+(``store.services.pending_offer``) and the answer ends with kefu's own confirmation question
+(``routing.orders.replies``), so what the shopper confirms is exactly what will happen; their
+"yes" makes it (``routing.orders.actions.confirm_decision``).
+
+An answer in which a tool was called is this shopper's alone: never stored in the answer cache,
+never shared with an identical question in flight. Personal data masked in the prompt
+(``routing.prompt.privacy``) stays masked: the model's arguments are unmasked before the store sees
+them, and the store's results are masked before the model sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from routing.faq.registry import registry
+from routing.orders import actions, replies
+from routing.providers.base import ProviderError, StreamDone, TextDelta, ToolCall, Usage
+from routing.types import CallContext, Decision, Question
+from routing.upstream import resilience
+from store import services as store
+from store.types import Order, Owner, StoreError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TOOL_NOTE", "definitions", "relevant", "run_tool", "stream_with_tools"]
+
+_NUMBER = r"^[#A-Za-z0-9][A-Za-z0-9 #\-]{0,31}$"
+
+
+class _OrderArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    order_number: str = Field(pattern=_NUMBER)
+    email: str = Field(default="", max_length=254)
+
+
+class _AddressArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    name: str = Field(min_length=1, max_length=200)
+    line1: str = Field(min_length=1, max_length=200)
+    line2: str = Field(default="", max_length=200)
+    city: str = Field(min_length=1, max_length=200)
+    postcode: str = Field(min_length=1, max_length=32)
+    country: str = Field(pattern=r"^[A-Za-z]{2}$")
+
+
+class _AddressChangeArgs(_OrderArgs):
+    address: _AddressArgs
+
+
+class _NoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+_EMAIL_PROP = {
+    "type": "string",
+    "description": "The e-mail address the order was placed with, exactly as the shopper wrote it (needed when the shopper is not signed in).",
+}
+_NUMBER_PROP = {"type": "string", "description": "The order number as the shopper wrote it, e.g. KF-1001 or #1001."}
+_ADDRESS_PROP = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "line1": {"type": "string", "description": "Street and number"},
+        "line2": {"type": "string"},
+        "city": {"type": "string"},
+        "postcode": {"type": "string"},
+        "country": {"type": "string", "description": "ISO 3166-1 alpha-2 code, e.g. NL"},
+    },
+    "required": ["name", "line1", "city", "postcode", "country"],
+    "additionalProperties": False,
+}
+
+# name -> (store action, argument model, description, parameters)
+_TOOLS: dict[str, tuple[str, type[BaseModel], str, dict[str, Any]]] = {
+    "orders_list": (
+        "orders",
+        _NoArgs,
+        "List the signed-in shopper's most recent orders with their status.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
+    "order_status": (
+        "status",
+        _OrderArgs,
+        "Look up one order: its status, items, shipment tracking, refunds and returns.",
+        {
+            "type": "object",
+            "properties": {"order_number": _NUMBER_PROP, "email": _EMAIL_PROP},
+            "required": ["order_number"],
+            "additionalProperties": False,
+        },
+    ),
+    "order_cancel": (
+        "cancel",
+        _OrderArgs,
+        "Offer to cancel an order that has not been packed. The shopper is asked to confirm; nothing changes until they do.",
+        {
+            "type": "object",
+            "properties": {"order_number": _NUMBER_PROP, "email": _EMAIL_PROP},
+            "required": ["order_number"],
+            "additionalProperties": False,
+        },
+    ),
+    "order_return": (
+        "return",
+        _OrderArgs,
+        "Offer to open a return for a delivered order. The shopper is asked to confirm; nothing changes until they do.",
+        {
+            "type": "object",
+            "properties": {"order_number": _NUMBER_PROP, "email": _EMAIL_PROP},
+            "required": ["order_number"],
+            "additionalProperties": False,
+        },
+    ),
+    "shipping_address_change": (
+        "change_address",
+        _AddressChangeArgs,
+        "Offer to send an order that has not been packed to a new address. The shopper is asked to confirm; nothing changes until they do.",
+        {
+            "type": "object",
+            "properties": {"order_number": _NUMBER_PROP, "email": _EMAIL_PROP, "address": _ADDRESS_PROP},
+            "required": ["order_number", "address"],
+            "additionalProperties": False,
+        },
+    ),
+}
+
+#: Appended to the system prompt of a request that carries the tools.
+TOOL_NOTE = (
+    "You can look up this shopper's orders with the tools. Never guess an order's status, "
+    "tracking or refund: look it up. A shopper who is not signed in must give the order number "
+    "and the e-mail address it was placed with; ask for them if they are missing. To cancel, "
+    "return or re-address an order, call the tool: it asks the shopper to confirm."
+)
+
+
+def definitions(*, verified: bool) -> list[dict[str, Any]]:
+    """The tools in the OpenAI format; ``orders_list`` only for a verified shopper (an anonymous
+    one names each order)."""
+    return [
+        {"type": "function", "function": {"name": name, "description": desc, "parameters": params}}
+        for name, (_, _, desc, params) in _TOOLS.items()
+        if verified or name != "orders_list"
+    ]
+
+
+def relevant(text: str, grounded_on: list[int]) -> bool:
+    """Whether a remote-bound question is about an order: it names an order number or an e-mail
+    address, or one of the FAQ entries it is grounded on has an order intent."""
+    if actions.order_number_in(text) or actions.email_in(text):
+        return True
+    intents = settings.KEFU_ACTION_INTENTS
+    entries = registry.entries
+    return any((e := entries.get(i)) is not None and e.intent in intents for i in grounded_on)
+
+
+def _order_json(order: Order) -> dict[str, Any]:
+    """What a tool returns about an order: no e-mail, customer id, name or street."""
+    return {
+        "order_number": order.number,
+        "status": order.status,
+        "placed": order.placed_at.date().isoformat(),
+        "items": [{"title": line.title, "quantity": line.quantity} for line in order.lines],
+        "total": f"{order.total} {order.currency}",
+        "can_still_be_changed_or_cancelled": order.changeable,
+        "shipments": [
+            {
+                "carrier": s.carrier,
+                "tracking_number": s.tracking_number,
+                "tracking_url": s.tracking_url,
+                "shipped": s.shipped_at.date().isoformat(),
+                "delivered": s.delivered_at.date().isoformat() if s.delivered_at else None,
+                "estimated_delivery": s.estimated_delivery.date().isoformat() if s.estimated_delivery else None,
+            }
+            for s in order.shipments
+        ],
+        "refunds": [
+            {"amount": f"{r.amount} {r.currency}", "status": r.status, "issued": r.created_at.date().isoformat()}
+            for r in order.refunds
+        ],
+        "returns": [{"return_id": r.return_id, "status": r.status} for r in order.returns],
+        "ship_to_city": order.shipping_address.city if order.shipping_address else None,
+    }
+
+
+def _error(code: str, message: str, next_step: str = "") -> str:
+    return json.dumps({"ok": False, "error": code, "message": message, "next_step": next_step})
+
+
+async def _owner(question: Question, number: str, email: str) -> Owner | None:
+    if question.customer_id:
+        return Owner(customer_id=question.customer_id)
+    if email:
+        return Owner(email=email)
+    if question.conversation_id is None:
+        return None
+    known = await sync_to_async(store.orders_known, thread_sensitive=False)(question.conversation_id)
+    wanted = re.sub(r"\D", "", number)
+    for known_number, owner in known:
+        if re.sub(r"\D", "", known_number) == wanted:
+            return owner
+    return None
+
+
+async def run_tool(call: ToolCall, *, question: Question, locale: str) -> tuple[str, str | None]:
+    """Run one tool call for ``question``'s shopper: ``(result, final_text)``. ``result`` is the
+    ``tool`` message's JSON text (``{"ok": true, ...}`` or ``{"ok": false, "error", "message",
+    "next_step"}``); ``final_text`` is set when the call offered a change: the answer then ends
+    with it (kefu's confirmation question), and no further round is sent. Never raises."""
+    spec = _TOOLS.get(call.name)
+    if spec is None:
+        return _error("invalid", f"unknown tool {call.name!r}"), None
+    action, model, _, _ = spec
+    try:
+        raw = json.loads(call.arguments or "{}")
+        args = model.model_validate(raw)
+    except (ValueError, ValidationError) as e:
+        first = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
+        where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
+        return _error("invalid", f"bad arguments for {call.name}: {where}: {first.get('msg')}"), None
+    actor = store.Actor(
+        kind="bot", purpose="tool", conversation_id=question.conversation_id, message_id=question.message_id
+    )
+    try:
+        if isinstance(args, _NoArgs):
+            if not question.customer_id:
+                return _error(
+                    "not_allowed", "the shopper is not signed in", "Ask for the order number and e-mail."
+                ), None
+            orders = await store.orders_list_async(Owner(customer_id=question.customer_id), actor=actor)
+            return json.dumps({"ok": True, "orders": [_order_json(o) for o in orders]}), None
+        assert isinstance(args, _OrderArgs)
+        owner = await _owner(question, args.order_number, args.email)
+        if owner is None:
+            return _error(
+                "needs_email",
+                "the order's e-mail address is needed",
+                "Ask for the e-mail address the order was placed with.",
+            ), None
+        order = await store.order_view_async(owner, args.order_number, actor=actor, action="status")
+        if question.conversation_id is not None:
+            await sync_to_async(store.order_remember, thread_sensitive=False)(
+                question.conversation_id, owner, order.number
+            )
+        if action == "status":
+            return json.dumps({"ok": True, "order": _order_json(order)}), None
+        possible, why = replies.possible(order, action)
+        if not possible:
+            return _error("not_allowed", f"order is {why}", replies.not_possible(order, action, locale)), None
+        arguments: dict[str, Any] = {}
+        if isinstance(args, _AddressChangeArgs):
+            address = store.address_from_dict(args.address.model_dump())
+            arguments = {"address": args.address.model_dump()}
+            text = replies.address_offer(order, address, locale)
+        else:
+            text = replies.offer(order, action, locale)
+        if question.conversation_id is None:
+            return _error("not_allowed", "no conversation to confirm in"), None
+        await sync_to_async(store.pending_offer, thread_sensitive=False)(
+            question.conversation_id, owner, action, order.number, arguments=arguments
+        )
+        return json.dumps({"ok": True, "asked_shopper_to_confirm": True}), text
+    except StoreError as e:
+        return _error(
+            e.code, e.message if e.code != "not_found" else "no such order for this shopper", e.next_step
+        ), None
+
+
+async def stream_with_tools(
+    decision: Decision, *, question: Question, context: CallContext
+) -> AsyncGenerator[TextDelta | StreamDone, None]:
+    """Stream ``decision`` with its tools (the module docstring): ``TextDelta`` items, then one
+    ``StreamDone`` whose usage sums every round's (its ``ttft_ms`` is the first round's with
+    text). Updates ``decision.request`` (the messages grow by each round's calls and results)
+    and sets ``decision.shareable`` False once a tool was called. Raises what
+    ``resilience.stream_with_fallback`` raises."""
+    assert decision.request is not None
+    vault = decision.vault
+    calls_made = 0
+    prompt_tokens = completion_tokens = cached = 0
+    estimated = False
+    latency_ms = 0.0
+    ttft_ms: float | None = None
+    any_text = False
+    for round_number in range(settings.KEFU_TOOL_MAX_CALLS + 1):
+        round_context = context if round_number == 0 else replace(context, purpose="tool")
+        calls: list[ToolCall] = []
+        round_text: list[str] = []
+        done: StreamDone | None = None
+        async for item in resilience.stream_with_fallback(decision, context=round_context):
+            if isinstance(item, TextDelta):
+                round_text.append(item.text)
+                any_text = True
+                yield item
+            elif isinstance(item, ToolCall):
+                calls.append(item)
+            else:
+                done = item
+        assert done is not None
+        prompt_tokens += done.usage.prompt_tokens
+        completion_tokens += done.usage.completion_tokens
+        cached += done.usage.cached_prompt_tokens
+        estimated = estimated or done.usage.estimated
+        if ttft_ms is None and done.ttft_ms is not None:
+            ttft_ms = latency_ms + done.ttft_ms
+        latency_ms += done.latency_ms
+
+        total = StreamDone(
+            usage=Usage(prompt_tokens, completion_tokens, cached, estimated),
+            model=done.model,
+            finish_reason=done.finish_reason,
+            ttft_ms=ttft_ms,
+            latency_ms=latency_ms,
+        )
+        if not calls:
+            yield total
+            return
+        if round_number == settings.KEFU_TOOL_MAX_CALLS:
+            # Asked with tool_choice "none" and still calling: answer with what was said, or,
+            # with nothing said at all, fail before the first token (a person answers).
+            if not any_text:
+                raise ProviderError("the model kept calling tools past the limit", code="malformed", permanent=True)
+            yield total
+            return
+        decision.shareable = False  # a store's answer is this shopper's alone
+        results: list[dict[str, Any]] = []
+        final_text: str | None = None
+        for call in calls:
+            if calls_made >= settings.KEFU_TOOL_MAX_CALLS:
+                result = _error("limit", "no more store calls in this answer: answer with what you know")
+            else:
+                calls_made += 1
+                unmasked = replace(call, arguments=vault.unmask(call.arguments)) if vault is not None else call
+                result, final_text = await run_tool(unmasked, question=question, locale=decision.locale)
+                log.info("tool %s -> %s", call.name, json.loads(result).get("error") or "ok")
+            results.append(
+                {"role": "tool", "tool_call_id": call.call_id, "content": vault.mask(result) if vault else result}
+            )
+            if final_text is not None:
+                break
+        if final_text is not None:
+            yield TextDelta(("\n\n" if any_text else "") + final_text)
+            yield total
+            return
+        assistant = {
+            "role": "assistant",
+            "content": "".join(round_text) or None,
+            "tool_calls": [
+                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in calls
+            ],
+        }
+        request = decision.request
+        decision.request = replace(
+            request,
+            messages=[*request.messages, assistant, *results[: len(calls)]],
+            tool_choice="none" if calls_made >= settings.KEFU_TOOL_MAX_CALLS else "auto",
+        )
+    raise AssertionError("unreachable: the last round returns")  # pragma: no cover

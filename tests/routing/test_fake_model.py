@@ -5,10 +5,12 @@ it was given and streams a completion with a usage chunk to the real `openai` SD
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -131,3 +133,25 @@ def test_the_server_imports_nothing_of_kefu() -> None:
         for name in ([alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""])
     }
     assert imported - {"__future__", "aiohttp"} <= set(sys.stdlib_module_names), imported
+
+
+def test_the_default_port_falls_back_to_a_free_one_when_taken() -> None:
+    """Without --port it takes 8001 beside make run's 8000, or any free port when 8001 is taken
+    (held here, or by whatever already holds it: the command's answer is the same)."""
+    holder = socket.socket()
+    with contextlib.suppress(OSError):
+        holder.bind(("127.0.0.1", 8001))
+        holder.listen()
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "fake_model"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        printed = read_until(process, r"Ctrl-C stops it")
+        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)/v1", printed)
+        assert match is not None and match.group(1) != "8001", printed
+    finally:
+        holder.close()
+        process.terminate()
+        process.wait(timeout=20)
+        assert process.stdout is not None
+        process.stdout.close()

@@ -21,6 +21,7 @@ from lib.redis_conn import LAYER_SOCKET_TIMEOUT_S, redis_options
 from lib.settings_env import env
 from lib.text import DEFAULT_LANGUAGES, DEFAULT_MIN_CONFIDENCE
 from lib.text import check_language_code as _language_check
+from routing.upstream.config import Canary, Deployment, TierConfig, check_base_url, check_timeout, tier_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -443,50 +444,63 @@ KEFU_LLM_TOTAL_TIMEOUT_S = env.float("KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
 KEFU_UPSTREAM_KEEPALIVE_S = env.float("KEFU_UPSTREAM_KEEPALIVE_S", default=90.0)
 KEFU_UPSTREAM_KEEPWARM_S = env.float("KEFU_UPSTREAM_KEEPWARM_S", default=30.0)
 KEFU_UPSTREAM_HTTP2 = env.bool("KEFU_UPSTREAM_HTTP2", default=False)
-KEFU_TIERS = {
-    tier: {
-        "model": env.str(f"KEFU_{tier.upper()}_MODEL", default=model),
-        "base_url": env.str(f"KEFU_{tier.upper()}_BASE_URL", default="") or OPENAI_BASE_URL,
-        "api_key": env.str(f"KEFU_{tier.upper()}_API_KEY", default="") or OPENAI_API_KEY,
-        "price_input_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_INPUT", default=p_in),
-        "price_cached_input_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_CACHED_INPUT", default=p_cached),
-        "price_output_per_mtok": env.float(f"KEFU_{tier.upper()}_PRICE_OUTPUT", default=p_out),
-        # Client-side limits (routing/upstream/throttle.py); 0 = no limit of ours (the upstream's
-        # x-ratelimit-* headers are honoured either way).
-        "max_concurrency": env.int(f"KEFU_{tier.upper()}_MAX_CONCURRENCY", default=0),
-        "rpm": env.int(f"KEFU_{tier.upper()}_RPM", default=0),
-        "tpm": env.int(f"KEFU_{tier.upper()}_TPM", default=0),
-        # The tier's own timeouts in seconds; 0 = the KEFU_LLM_* value at the time of the call.
-        "connect_timeout_s": env.float(f"KEFU_{tier.upper()}_CONNECT_TIMEOUT_S", default=0.0),
-        "first_token_timeout_s": env.float(f"KEFU_{tier.upper()}_FIRST_TOKEN_TIMEOUT_S", default=0.0),
-        "total_timeout_s": env.float(f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=0.0),
-        # Store-wide spend cap of the tier per day, USD (routing/upstream/budgets.py); 0 = none.
-        "day_cap_usd": env.float(f"KEFU_{tier.upper()}_DAY_CAP_USD", default=0.0),
-        # Configured on its own (model, base URL or key): the tier classifier may choose it up
-        # front (routing/decide/tier_classifier.py). A tier that only inherits OPENAI_* is a fallback only.
-        "dedicated": any(
-            env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")
+check_base_url("OPENAI_BASE_URL", OPENAI_BASE_URL)
+for _name, _timeout in (
+    ("KEFU_LLM_CONNECT_TIMEOUT_S", KEFU_LLM_CONNECT_TIMEOUT_S),
+    ("KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", KEFU_LLM_FIRST_TOKEN_TIMEOUT_S),
+    ("KEFU_LLM_TOTAL_TIMEOUT_S", KEFU_LLM_TOTAL_TIMEOUT_S),
+):
+    check_timeout(_name, _timeout)
+
+
+def _tier(tier: str, model: str, p_in: float, p_cached: float, p_out: float) -> TierConfig:
+    """Tier ``tier`` from its ``KEFU_<TIER>_*`` variables, validated (routing/upstream/config.py)."""
+    prefix = f"KEFU_{tier.upper()}_"
+    own_base_url = env.str(f"{prefix}BASE_URL", default="")
+    own_key = env.str(f"{prefix}API_KEY", default="")
+    own_model = env.str(f"{prefix}MODEL", default="")
+    return tier_config(
+        tier,
+        current=Deployment(
+            model=own_model or model,
+            base_url=own_base_url or OPENAI_BASE_URL,
+            api_key=own_key or OPENAI_API_KEY,
+            price_input_per_mtok=env.float(f"{prefix}PRICE_INPUT", default=p_in),
+            price_cached_input_per_mtok=env.float(f"{prefix}PRICE_CACHED_INPUT", default=p_cached),
+            price_output_per_mtok=env.float(f"{prefix}PRICE_OUTPUT", default=p_out),
         ),
+        own_base_url=own_base_url,
         # Canary rollout (routing/upstream/canary.py, docs/routing.md): a candidate model that answers
         # `share` (0-1; 0 = off) of the tier's conversations, chosen by a hash of the conversation.
-        # Empty or None: the tier's own value, read at the time of the call (routing.upstream.tiers.deployment).
-        "canary": {
-            "model": env.str(f"KEFU_{tier.upper()}_CANARY_MODEL", default=""),
-            "base_url": env.str(f"KEFU_{tier.upper()}_CANARY_BASE_URL", default=""),
-            "api_key": env.str(f"KEFU_{tier.upper()}_CANARY_API_KEY", default=""),
-            "price_input_per_mtok": env.float(f"KEFU_{tier.upper()}_CANARY_PRICE_INPUT", default=None),
-            "price_cached_input_per_mtok": env.float(f"KEFU_{tier.upper()}_CANARY_PRICE_CACHED_INPUT", default=None),
-            "price_output_per_mtok": env.float(f"KEFU_{tier.upper()}_CANARY_PRICE_OUTPUT", default=None),
-            "share": env.float(f"KEFU_{tier.upper()}_CANARY_SHARE", default=0.0),
-        },
-    }
-    for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
-}
-for _tier, _cfg in KEFU_TIERS.items():
-    if not 0.0 <= _cfg["canary"]["share"] <= 1.0:
-        raise ImproperlyConfigured(
-            f"KEFU_{_tier.upper()}_CANARY_SHARE={_cfg['canary']['share']} must be from 0 to 1 (a share of conversations)"
-        )
+        # Empty or None: the tier's own value, read at the time of the call (TierConfig.candidate).
+        canary=Canary(
+            model=env.str(f"{prefix}CANARY_MODEL", default=""),
+            base_url=env.str(f"{prefix}CANARY_BASE_URL", default=""),
+            api_key=env.str(f"{prefix}CANARY_API_KEY", default=""),
+            price_input_per_mtok=env.float(f"{prefix}CANARY_PRICE_INPUT", default=None),
+            price_cached_input_per_mtok=env.float(f"{prefix}CANARY_PRICE_CACHED_INPUT", default=None),
+            price_output_per_mtok=env.float(f"{prefix}CANARY_PRICE_OUTPUT", default=None),
+            share=env.float(f"{prefix}CANARY_SHARE", default=0.0),
+        ),
+        # Client-side limits (routing/upstream/throttle.py); 0 = no limit of ours (the upstream's
+        # x-ratelimit-* headers are honoured either way).
+        max_concurrency=env.int(f"{prefix}MAX_CONCURRENCY", default=0),
+        rpm=env.int(f"{prefix}RPM", default=0),
+        tpm=env.int(f"{prefix}TPM", default=0),
+        # The tier's own timeouts in seconds; 0 = the KEFU_LLM_* value at the time of the call.
+        connect_timeout_s=env.float(f"{prefix}CONNECT_TIMEOUT_S", default=0.0),
+        first_token_timeout_s=env.float(f"{prefix}FIRST_TOKEN_TIMEOUT_S", default=0.0),
+        total_timeout_s=env.float(f"{prefix}TOTAL_TIMEOUT_S", default=0.0),
+        # Store-wide spend cap of the tier per day, USD (routing/upstream/budgets.py); 0 = none.
+        day_cap_usd=env.float(f"{prefix}DAY_CAP_USD", default=0.0),
+        # Configured on its own (model, base URL or key): the tier classifier may choose it up
+        # front (routing/decide/tier_classifier.py). A tier that only inherits OPENAI_* is a fallback only.
+        dedicated=bool(own_model or own_base_url or own_key),
+    )
+
+
+# tier -> its TierConfig (routing/upstream/config.py), cheapest first.
+KEFU_TIERS: dict[str, TierConfig] = {tier: _tier(tier, *defaults) for tier, defaults in _TIER_DEFAULTS.items()}
 # The canary's automatic rollback (routing/upstream/canary.py): once at least KEFU_CANARY_MIN_CALLS calls of
 # a tier's candidate were judged (answered, or failed the way that counts towards its circuit
 # breaker) within the last KEFU_CANARY_WINDOW_S seconds (and since staff last decided), a share of

@@ -354,7 +354,7 @@ KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")
 
 # --- Store settings: fill {{placeholders}} in FAQ answers (a shopper never sees a raw placeholder).
 KEFU_STORE_NAME = env.str("KEFU_STORE_NAME", default="Lantern & Loom")
-KEFU_STORE_PLACEHOLDERS = env.json("KEFU_STORE_PLACEHOLDERS", default={})
+KEFU_STORE_PLACEHOLDERS = env.json_object("KEFU_STORE_PLACEHOLDERS", default={})
 
 # --- Store actions (store/, docs/store-actions.md): where the store's orders are. "demo" (kefu's own
 # demo orders, loaded by `make run`), "shopify" (KEFU_SHOPIFY_SHOP + KEFU_SHOPIFY_ACCESS_TOKEN), a
@@ -362,7 +362,7 @@ KEFU_STORE_PLACEHOLDERS = env.json("KEFU_STORE_PLACEHOLDERS", default={})
 KEFU_STORE_ADAPTER = env.str("KEFU_STORE_ADAPTER", default="demo")
 KEFU_SHOPIFY_SHOP = env.str("KEFU_SHOPIFY_SHOP", default="")
 KEFU_SHOPIFY_ACCESS_TOKEN = env.str("KEFU_SHOPIFY_ACCESS_TOKEN", default="")
-KEFU_STORE_OPTIONS = env.json("KEFU_STORE_OPTIONS", default={})
+KEFU_STORE_OPTIONS = env.json_object("KEFU_STORE_OPTIONS", default={})
 if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS and not (KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN):
     raise ImproperlyConfigured("KEFU_STORE_ADAPTER=shopify needs KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN")
 # Seconds a store call may take before the shopper is told to try again (an order lookup is on the
@@ -391,7 +391,7 @@ try:
 except re.error as _e:
     raise ImproperlyConfigured(f"KEFU_ORDER_NUMBER_PATTERN is not a regular expression: {_e}") from _e
 # FAQ intents that are about one order, and the store action each asks for (the `action` route).
-KEFU_ACTION_INTENTS = env.json(
+KEFU_ACTION_INTENTS = env.json_object(
     "KEFU_ACTION_INTENTS",
     default={
         "track_order": "status",
@@ -453,7 +453,7 @@ for _name, _timeout in (
     check_timeout(_name, _timeout)
 
 
-def _tier(tier: str, model: str, p_in: float, p_cached: float, p_out: float) -> TierConfig:
+def _tier_from_env(tier: str, model: str, p_in: float, p_cached: float, p_out: float) -> TierConfig:
     """Tier ``tier`` from its ``KEFU_<TIER>_*`` variables, validated (routing/upstream/config.py)."""
     prefix = f"KEFU_{tier.upper()}_"
     own_base_url = env.str(f"{prefix}BASE_URL", default="")
@@ -500,7 +500,7 @@ def _tier(tier: str, model: str, p_in: float, p_cached: float, p_out: float) -> 
 
 
 # tier -> its TierConfig (routing/upstream/config.py), cheapest first.
-KEFU_TIERS: dict[str, TierConfig] = {tier: _tier(tier, *defaults) for tier, defaults in _TIER_DEFAULTS.items()}
+KEFU_TIERS: dict[str, TierConfig] = {tier: _tier_from_env(tier, *defaults) for tier, defaults in _TIER_DEFAULTS.items()}
 # The canary's automatic rollback (routing/upstream/canary.py): once at least KEFU_CANARY_MIN_CALLS calls of
 # a tier's candidate were judged (answered, or failed the way that counts towards its circuit
 # breaker) within the last KEFU_CANARY_WINDOW_S seconds (and since staff last decided), a share of
@@ -566,6 +566,9 @@ KEFU_CONTEXT_TOKENS = {
     tier: env.int(f"KEFU_{tier.upper()}_CONTEXT_TOKENS", default=default)
     for tier, default in (("simple", 3000), ("medium", 6000), ("complex", 12000))
 }
+for _tier, _tokens in KEFU_CONTEXT_TOKENS.items():
+    if _tokens < 1:
+        raise ImproperlyConfigured(f"KEFU_{_tier.upper()}_CONTEXT_TOKENS={_tokens} must be a positive number of tokens")
 # Rolling summary (chat/summary.py, routing/prompt/summary.py): older turns are summarised by the simple tier once at least
 # this many have left the prompt window unsummarised (0 = never summarise).
 KEFU_SUMMARY_MIN_TURNS = env.int("KEFU_SUMMARY_MIN_TURNS", default=2)

@@ -88,6 +88,14 @@ class RecordingEnv:
         """The variable parsed as JSON."""
         return self._cast("json", name, default)
 
+    def json_object(self, name: builtins.str, default: dict[builtins.str, Any]) -> dict[builtins.str, Any]:
+        """The variable parsed as a JSON object (``default`` when unset). Raises
+        ``ImproperlyConfigured`` naming the variable when it is JSON but not an object."""
+        value = self._cast("json", name, default)
+        if not isinstance(value, dict):
+            raise ImproperlyConfigured(f"environment variable {name}={os.environ.get(name)!r} must be a JSON object")
+        return value
+
     def db_url(self, name: builtins.str, default: Any = _NOT_SET) -> Any:
         """A database URL as Django's ``DATABASES`` entry (django-environ's ``db_url``)."""
         return self._cast("db_url", name, default)

@@ -152,3 +152,12 @@ def test_the_tiers_are_typed_with_their_defaults():
     assert complex_.candidate == complex_.current  # no canary: the candidate is the tier's own deployment
     with pytest.raises(dataclasses.FrozenInstanceError):
         complex_.rpm = 5  # type: ignore[misc]
+
+
+def test_a_json_setting_that_is_not_an_object_or_a_prompt_budget_below_one_is_refused():
+    result = check(KEFU_STORE_PLACEHOLDERS='["Support Email"]')
+    assert result.returncode != 0
+    assert "KEFU_STORE_PLACEHOLDERS='[\"Support Email\"]' must be a JSON object" in result.stderr
+    result = check(KEFU_MEDIUM_CONTEXT_TOKENS="0")
+    assert result.returncode != 0
+    assert "KEFU_MEDIUM_CONTEXT_TOKENS=0 must be a positive number of tokens" in result.stderr

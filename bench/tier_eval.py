@@ -96,8 +96,8 @@ def apply_policy(p: np.ndarray, policy: str, cut: float) -> np.ndarray:
 
 def tier_cost_usd(tier: str, prompt_tokens: float, completion_tokens: float) -> float:
     """USD of one call at ``settings.KEFU_TIERS`` list prices (no cached input)."""
-    t = settings.KEFU_TIERS[tier]
-    return (prompt_tokens * t["price_input_per_mtok"] + completion_tokens * t["price_output_per_mtok"]) / 1e6
+    t = settings.KEFU_TIERS[tier].current
+    return (prompt_tokens * t.price_input_per_mtok + completion_tokens * t.price_output_per_mtok) / 1e6
 
 
 def oof_probabilities(v: np.ndarray, texts: Sequence[str], y: np.ndarray, c: float, folds: int = 5) -> np.ndarray:
@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         emb, rules=load_rules(settings.KEFU_TIER_RULES_PATH), min_confidence=settings.KEFU_TIER_MIN_CONFIDENCE
     )  # as shipped: every row
     by_id = {i: s for i, s in enumerate(seed, 1)}
-    model_name = settings.KEFU_TIERS["complex"]["model"]
+    model_name = settings.KEFU_TIERS["complex"].current.model
     comp = args.completion_tokens
 
     print(
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{every_complex * k:.4f} | {kefu / every_complex:.1%} |"
         )
     prices = ", ".join(
-        f"{t} {settings.KEFU_TIERS[t]['price_input_per_mtok']} / {settings.KEFU_TIERS[t]['price_output_per_mtok']}"
+        f"{t} {settings.KEFU_TIERS[t].current.price_input_per_mtok} / {settings.KEFU_TIERS[t].current.price_output_per_mtok}"
         for t in TIERS
     )
     print(f"\nPrices (USD per million tokens, input / output): {prices}.")

@@ -12,6 +12,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 
 import chat.routing
 from chat.origins import WidgetOriginValidator
+from lib.settings_env import env
 
 
 def _close_oversized_frames_with_1009() -> None:
@@ -44,7 +45,7 @@ application = ProtocolTypeRouter(
     }
 )
 
-if os.environ.get("KEFU_NO_WARMUP") != "1":
+if env.raw("KEFU_NO_WARMUP") != "1":
     # Train the FAQ model and warm the router (SDK import, tokenizers, tier classifier) in the
     # background as the server starts; /healthz says 503 until both are ready.
     from routing.services import router_start

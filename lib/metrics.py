@@ -26,6 +26,8 @@ import os
 
 from prometheus_client import Gauge, Histogram
 
+from lib.settings_env import env
+
 #: Bucket upper bounds, seconds: a cache hit or an FAQ answer in tens of milliseconds, a remote
 #: model's first token in hundreds, a whole remote answer in seconds.
 TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -64,7 +66,7 @@ def observe_answer(*, route: str, ttft_ms: float | None, latency_ms: float | Non
 
 def multiprocess_dir() -> str:
     """``PROMETHEUS_MULTIPROC_DIR``, or ``""`` when the process keeps its metrics to itself."""
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    return env.raw("PROMETHEUS_MULTIPROC_DIR", "")
 
 
 def exposition() -> bytes:

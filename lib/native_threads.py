@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 
+from lib.settings_env import env
+
 VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -30,7 +32,7 @@ def limit_native_threads() -> int:
     Raises:
         ValueError: ``KEFU_NATIVE_THREADS`` is not a positive integer.
     """
-    raw = os.environ.get("KEFU_NATIVE_THREADS", "1")
+    raw = env.raw("KEFU_NATIVE_THREADS", "1")
     try:
         threads = int(raw)
     except ValueError:

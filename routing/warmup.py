@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.conf import settings
 from django.db import close_old_connections
 
 from cache_layer.embeddings import embed_batched
@@ -33,6 +32,7 @@ from cache_layer.intent_model import get_intent_model
 from lib.text import configured_detector
 from routing.decide.tier_classifier import get_classifier
 from routing.upstream import tokens
+from routing.upstream.tiers import configured_tiers, tier_model
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,8 @@ def warm() -> None:
     # The point of this import is its cost: the openai SDK (~1.2 s), paid here, not by a shopper.
     from routing.providers import openai_remote  # noqa: F401
 
-    for tier in settings.KEFU_TIERS.values():
-        if tier.get("api_key") and tier.get("model"):
-            tokens.warm_tokenizer(str(tier["model"]))
+    for tier in configured_tiers():
+        tokens.warm_tokenizer(tier_model(tier))
     get_classifier()
     get_intent_model()
     embed_batched(["warm up"])

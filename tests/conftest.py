@@ -388,7 +388,7 @@ def fake_openai() -> Iterator[Any]:
 def remote(settings: Any, fake_openai: Any) -> Any:
     """All tiers pointed at the fake upstream (the ``simple`` tier answers), short timeouts."""
     settings.KEFU_TIERS = {
-        tier: {**cfg, "base_url": fake_openai.base_url, "api_key": "test-key", "model": f"fake-{tier}"}
+        tier: cfg.with_current(base_url=fake_openai.base_url, api_key="test-key", model=f"fake-{tier}")
         for tier, cfg in settings.KEFU_TIERS.items()
     }
     settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = 2.0

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -118,3 +120,44 @@ def test_a_canary_share_outside_0_to_1_is_refused():
     result = check(KEFU_SIMPLE_CANARY_SHARE="10")
     assert result.returncode != 0
     assert "KEFU_SIMPLE_CANARY_SHARE=10.0 must be from 0 to 1" in result.stderr
+
+
+def test_a_bad_tier_setting_stops_the_start_and_names_the_variable_and_its_value():
+    """The tiers are typed and validated once at start (routing/upstream/config.py)."""
+    for variable, value, message in [
+        ("KEFU_MEDIUM_PRICE_OUTPUT", "-1", "KEFU_MEDIUM_PRICE_OUTPUT=-1.0 must be 0 or more (USD per million tokens)"),
+        ("KEFU_SIMPLE_CANARY_SHARE", "2", "KEFU_SIMPLE_CANARY_SHARE=2.0 must be from 0 to 1"),
+        ("KEFU_COMPLEX_BASE_URL", "api.example.com/v1", "KEFU_COMPLEX_BASE_URL='api.example.com/v1' must be an http"),
+        ("KEFU_LLM_TOTAL_TIMEOUT_S", "0", "KEFU_LLM_TOTAL_TIMEOUT_S=0.0 must be a positive number of seconds"),
+        ("KEFU_SIMPLE_FIRST_TOKEN_TIMEOUT_S", "-5", "KEFU_SIMPLE_FIRST_TOKEN_TIMEOUT_S=-5.0 must be 0"),
+        ("KEFU_MEDIUM_RPM", "-1", "KEFU_MEDIUM_RPM=-1 must be 0 (no limit of ours) or more"),
+    ]:
+        result = check(**{variable: value})
+        assert result.returncode != 0, variable
+        assert "ImproperlyConfigured" in result.stderr and message in result.stderr, result.stderr[-600:]
+
+
+def test_the_tiers_are_typed_with_their_defaults():
+    """``KEFU_TIERS`` maps each tier to a frozen TierConfig (the values the dicts held before)."""
+    import dataclasses
+
+    from django.conf import settings
+
+    from routing.upstream.config import TierConfig
+
+    assert list(settings.KEFU_TIERS) == ["simple", "medium", "complex"]
+    complex_ = settings.KEFU_TIERS["complex"]
+    assert isinstance(complex_, TierConfig) and dataclasses.is_dataclass(complex_)
+    assert (complex_.current.price_input_per_mtok, complex_.current.price_output_per_mtok) == (2.00, 8.00)
+    assert complex_.candidate == complex_.current  # no canary: the candidate is the tier's own deployment
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        complex_.rpm = 5  # type: ignore[misc]
+
+
+def test_a_json_setting_that_is_not_an_object_or_a_prompt_budget_below_one_is_refused():
+    result = check(KEFU_STORE_PLACEHOLDERS='["Support Email"]')
+    assert result.returncode != 0
+    assert "KEFU_STORE_PLACEHOLDERS='[\"Support Email\"]' must be a JSON object" in result.stderr
+    result = check(KEFU_MEDIUM_CONTEXT_TOKENS="0")
+    assert result.returncode != 0
+    assert "KEFU_MEDIUM_CONTEXT_TOKENS=0 must be a positive number of tokens" in result.stderr

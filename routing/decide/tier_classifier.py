@@ -29,7 +29,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from django.conf import settings
@@ -39,6 +39,7 @@ from cache_layer.embeddings import get_embedder
 from lib.text import CJK
 from routing.faq.model import normalise_text
 from routing.types import ROUTING_MAX_CHARS
+from routing.upstream.tiers import tier_configured, tier_settings
 
 __all__ = [
     "DEFAULT_MIN_CONFIDENCE",
@@ -412,10 +413,6 @@ def reset_classifier() -> None:
         _rules_cache.clear()
 
 
-def _tier_settings(tier: str) -> Mapping[str, Any]:
-    return settings.KEFU_TIERS.get(tier) or {}
-
-
 def routable_tiers() -> list[str]:
     """The tiers the router may choose up front, cheapest first: configured (model and API key)
     and, except ``simple``, ``dedicated`` (configured with a ``KEFU_<TIER>_MODEL``,
@@ -425,10 +422,9 @@ def routable_tiers() -> list[str]:
     leaves ``simple`` alone (when configured)."""
     out = []
     for tier in TIERS:
-        cfg = _tier_settings(tier)
-        if not (cfg.get("api_key") and cfg.get("model")):
+        if not tier_configured(tier):
             continue
-        if tier == TIERS[0] or (settings.KEFU_TIER_ROUTING and cfg.get("dedicated")):
+        if tier == TIERS[0] or (settings.KEFU_TIER_ROUTING and tier_settings(tier).dedicated):
             out.append(tier)
     return out
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from lib.text import language_name
+from routing.upstream.tiers import tier_model_or
 from routing.upstream.tokens import PromptCounter
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def build_prompt(
     Safe to call on the event loop: until the tier model's tokenizer is loaded (2-3 s, once per
     process, started in the background), tokens are estimated (:func:`estimate_tokens`).
     """
-    model = settings.KEFU_TIERS.get(tier, {}).get("model") or "gpt-4o"
+    model = tier_model_or(tier, "gpt-4o")
     counter = PromptCounter(model)
     budget = context_tokens(tier)
     system = system_message(grounding=grounding, locale=locale, summary=summary)

@@ -25,7 +25,7 @@ from routing.prompt.build import Turn, context_tokens, system_message, turns_tha
 from routing.providers.base import ProviderError
 from routing.types import CallContext
 from routing.upstream.complete import complete_blocking
-from routing.upstream.tiers import tier_configured
+from routing.upstream.tiers import tier_configured, tier_model_or
 from routing.upstream.tokens import PromptCounter
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def turns_left_window(turns: Sequence[Turn], *, summary: str, locale: str) -> in
     tier's window: beyond the last ``KEFU_CONTEXT_TURNS`` turns, or beyond what fits its budget
     less :data:`SUMMARY_RESERVE_TOKENS` beside a system message carrying ``summary``. Counts
     tokens (the tokenizer may load: not on the event loop)."""
-    model = settings.KEFU_TIERS.get(SUMMARY_TIER, {}).get("model") or "gpt-4o"
+    model = tier_model_or(SUMMARY_TIER, "gpt-4o")
     counter = PromptCounter(model)
     system = system_message(grounding=[], locale=locale, summary=summary)
     budget = context_tokens(SUMMARY_TIER) - SUMMARY_RESERVE_TOKENS - counter.priming - counter.message("system", system)

@@ -54,7 +54,7 @@ from django.utils import timezone
 
 from routing.models import ApiKey, BudgetCounter, BudgetHold
 from routing.types import Payer
-from routing.upstream.tiers import TIER_ORDER
+from routing.upstream.tiers import TIER_ORDER, known_tier, tier_settings
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def tier_scopes(tiers: Iterable[str]) -> list[Scope]:
     today = timezone.localdate()
     out = []
     for tier in tiers:
-        cap = Decimal(str((settings.KEFU_TIERS.get(tier) or {}).get("day_cap_usd") or 0))
+        cap = Decimal(str(tier_settings(tier).day_cap_usd if known_tier(tier) else 0))
         if cap > 0:
             out.append(Scope("tier", tier, DAY, today, cap))
     return out

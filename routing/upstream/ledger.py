@@ -46,9 +46,9 @@ def cost_usd(
     t = deployment(tier, variant)
     uncached = max(0, prompt_tokens - cached_prompt_tokens)
     total = (
-        Decimal(uncached) * Decimal(str(t["price_input_per_mtok"]))
-        + Decimal(cached_prompt_tokens) * Decimal(str(t["price_cached_input_per_mtok"]))
-        + Decimal(completion_tokens) * Decimal(str(t["price_output_per_mtok"]))
+        Decimal(uncached) * Decimal(str(t.price_input_per_mtok))
+        + Decimal(cached_prompt_tokens) * Decimal(str(t.price_cached_input_per_mtok))
+        + Decimal(completion_tokens) * Decimal(str(t.price_output_per_mtok))
     ) / MTOK
     return total.quantize(USD_PLACES, rounding=ROUND_HALF_UP)
 
@@ -228,7 +228,7 @@ def saved_usd(*, tier: str, answer_text: str, prompt_tokens: int | None = None) 
     while that tokenizer is still loading on the event loop (``routing.upstream.tokens.text_tokens``:
     safe to call on the event loop). Raises ``KeyError`` for an unknown tier.
     """
-    model = settings.KEFU_TIERS[tier]["model"]
+    model = tier_model(tier)
     completion, _estimated = text_tokens(answer_text, model) if answer_text else (0, False)
     prompt = TYPICAL_PROMPT_TOKENS if prompt_tokens is None else max(0, prompt_tokens)
     return cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=completion)

@@ -113,7 +113,7 @@ def upstream_key(tier: str, provider: Provider, model: str, variant: str = CURRE
         key: UpstreamKey = own(model)
         return key
     cfg = deployment(tier, variant)
-    return (cfg.get("base_url") or "", cfg.get("api_key") or "", model)
+    return (cfg.base_url, cfg.api_key, model)
 
 
 async def _gate(

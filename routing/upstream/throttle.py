@@ -27,11 +27,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from django.conf import settings
 from limits import RateLimitItemPerMinute
 from redis.exceptions import RedisError
 
 from lib.ratelimit import moving_window
+from routing.upstream.tiers import tier_settings
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,8 @@ async def admit(tier: str, *, tokens: int, variant: str = "current") -> Refusal 
     On None (admitted) the caller holds one concurrency slot and must ``release(tier, variant)``
     when the stream ends, whatever the outcome. On a ``Refusal`` nothing was taken.
     """
-    cfg = settings.KEFU_TIERS[tier]
-    max_concurrency = int(cfg.get("max_concurrency") or 0)
-    rpm, tpm = int(cfg.get("rpm") or 0), int(cfg.get("tpm") or 0)
+    cfg = tier_settings(tier)
+    max_concurrency, rpm, tpm = cfg.max_concurrency, cfg.rpm, cfg.tpm
     lane = _lane(tier, variant)
     with _in_flight_lock:
         if max_concurrency and _in_flight[lane] >= max_concurrency:

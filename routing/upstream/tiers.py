@@ -1,8 +1,10 @@
 """The remote tiers (``simple`` / ``medium`` / ``complex``): which are configured and the provider
 that calls each.
 
-A tier is configured when it has an API key and a model (``settings.KEFU_TIERS``; a tier without
-its own base URL or key uses ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, config/settings.py).
+A tier is configured when it has an API key and a model (``settings.KEFU_TIERS``, tier name ->
+``routing.upstream.config.TierConfig``; a tier without its own base URL or key uses
+``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, config/settings.py). The rest of the router reads the
+tiers through the functions here.
 
 Each tier has one or two *deployments* (variants): ``current``, the tier's own model, and
 ``candidate``, the canary model (``KEFU_<TIER>_CANARY_*``; routing.upstream.canary decides which
@@ -14,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from routing.providers.base import Provider, ProviderConfig
+from routing.upstream.config import Deployment, TierConfig
 
 if TYPE_CHECKING:
     from routing.providers.openai_remote import OpenAIProvider
@@ -31,52 +34,57 @@ CURRENT = "current"
 CANDIDATE = "candidate"
 VARIANTS = (CURRENT, CANDIDATE)
 
-# What a candidate may set for itself; anything else (limits, timeouts, caps) is the tier's.
-_CANDIDATE_OWN = (
-    "model",
-    "base_url",
-    "api_key",
-    "price_input_per_mtok",
-    "price_cached_input_per_mtok",
-    "price_output_per_mtok",
-)
+
+def tier_settings(tier: str) -> TierConfig:
+    """``tier``'s settings (``settings.KEFU_TIERS[tier]``, a frozen :class:`TierConfig` validated
+    at start). Raises ``KeyError`` for an unknown tier."""
+    config: TierConfig = settings.KEFU_TIERS[tier]
+    return config
 
 
-def deployment(tier: str, variant: str = CURRENT) -> dict[str, Any]:
-    """The settings of one deployment of ``tier``: the tier's own (``KEFU_TIERS[tier]``), or for
-    ``candidate`` the same with the candidate's model, base URL, key and prices where it sets
-    them (unset: the tier's). Raises ``KeyError`` for an unknown tier."""
-    t: dict[str, Any] = settings.KEFU_TIERS[tier]
-    if variant == CURRENT:
-        return t
-    own = t.get("canary") or {}
-    return {**t, **{k: own[k] for k in _CANDIDATE_OWN if own.get(k) not in (None, "")}}
+def known_tier(tier: str) -> bool:
+    """Whether ``settings.KEFU_TIERS`` has ``tier`` (configured or not)."""
+    return tier in settings.KEFU_TIERS
+
+
+def deployment(tier: str, variant: str = CURRENT) -> Deployment:
+    """One deployment of ``tier``: the tier's own (``current``), or for ``candidate`` the canary's
+    model, base URL, key and prices where it sets them, the tier's elsewhere
+    (:attr:`TierConfig.candidate`). Raises ``KeyError`` for an unknown tier."""
+    t = tier_settings(tier)
+    return t.current if variant == CURRENT else t.candidate
 
 
 def tier_configured(tier: str) -> bool:
     """Whether ``tier`` may be called: it has an API key and a model."""
-    t = settings.KEFU_TIERS.get(tier) or {}
-    return bool(t.get("api_key") and t.get("model"))
+    if not known_tier(tier):
+        return False
+    own = tier_settings(tier).current
+    return bool(own.api_key and own.model)
 
 
 def candidate_configured(tier: str) -> bool:
     """Whether ``tier`` has a canary candidate that may be called: the tier is configured and
     ``KEFU_<TIER>_CANARY_MODEL`` is set (its key and base URL default to the tier's)."""
-    if tier not in settings.KEFU_TIERS or not tier_configured(tier):
-        return False
-    return bool((settings.KEFU_TIERS[tier].get("canary") or {}).get("model"))
+    return tier_configured(tier) and bool(tier_settings(tier).canary.model)
 
 
 def candidate_share(tier: str) -> float:
     """``KEFU_<TIER>_CANARY_SHARE``: the share of ``tier``'s conversations the environment gives
     its candidate (0 to 1; staff may override it, routing.upstream.canary)."""
-    return float((settings.KEFU_TIERS[tier].get("canary") or {}).get("share") or 0.0)
+    return tier_settings(tier).canary.share
+
+
+def tier_model_or(tier: str, default: str) -> str:
+    """The model name of ``tier``'s own deployment, or ``default`` for an unknown tier or one
+    without a model."""
+    return (tier_settings(tier).current.model if known_tier(tier) else "") or default
 
 
 def tier_model(tier: str, variant: str = CURRENT) -> str:
     """The model name ``tier`` calls (``KEFU_<TIER>_MODEL``, or its candidate's
     ``KEFU_<TIER>_CANARY_MODEL``). Raises ``KeyError`` for an unknown tier."""
-    return str(deployment(tier, variant)["model"])
+    return deployment(tier, variant).model
 
 
 def provider_for(tier: str, variant: str = CURRENT) -> Provider:
@@ -129,14 +137,14 @@ def _openai_provider(tier: str, variant: str = CURRENT) -> OpenAIProvider:
     # at start, routing.warmup).
     from routing.providers.openai_remote import OpenAIProvider
 
-    t = deployment(tier, variant)
+    t, d = tier_settings(tier), deployment(tier, variant)
     return OpenAIProvider(
         ProviderConfig(
-            base_url=t["base_url"] or None,
-            api_key=t["api_key"],
-            connect_timeout_s=t.get("connect_timeout_s") or settings.KEFU_LLM_CONNECT_TIMEOUT_S,
-            first_token_timeout_s=t.get("first_token_timeout_s") or settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S,
-            total_timeout_s=t.get("total_timeout_s") or settings.KEFU_LLM_TOTAL_TIMEOUT_S,
+            base_url=d.base_url or None,
+            api_key=d.api_key,
+            connect_timeout_s=t.connect_timeout_s or settings.KEFU_LLM_CONNECT_TIMEOUT_S,
+            first_token_timeout_s=t.first_token_timeout_s or settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S,
+            total_timeout_s=t.total_timeout_s or settings.KEFU_LLM_TOTAL_TIMEOUT_S,
             http2=settings.KEFU_UPSTREAM_HTTP2,
             keepalive_s=settings.KEFU_UPSTREAM_KEEPALIVE_S,
         )

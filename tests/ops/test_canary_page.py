@@ -21,10 +21,10 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def candidate(settings: Any) -> None:
     """The simple tier (fake-simple) with the candidate fake-candidate at 10%."""
-    tiers = {tier: dict(cfg) for tier, cfg in settings.KEFU_TIERS.items()}
-    tiers["simple"].update(model="fake-simple", api_key="key", base_url="http://127.0.0.1:9/v1")
-    tiers["simple"]["canary"] = {**tiers["simple"]["canary"], "model": "fake-candidate", "share": 0.1}
-    settings.KEFU_TIERS = tiers
+    simple = settings.KEFU_TIERS["simple"].with_current(
+        model="fake-simple", api_key="key", base_url="http://127.0.0.1:9/v1"
+    )
+    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": simple.with_canary(model="fake-candidate", share=0.1)}
 
 
 @pytest.fixture

@@ -129,12 +129,9 @@ class Day:
 def day(settings: Any) -> Day:
     settings.KEFU_TIERS = {
         **settings.KEFU_TIERS,
-        "complex": {
-            **settings.KEFU_TIERS["complex"],
-            "price_input_per_mtok": 2.0,
-            "price_cached_input_per_mtok": 0.5,
-            "price_output_per_mtok": 8.0,
-        },
+        "complex": settings.KEFU_TIERS["complex"].with_current(
+            price_input_per_mtok=2.0, price_cached_input_per_mtok=0.5, price_output_per_mtok=8.0
+        ),
     }
     d = Day()
     h0, h1 = d.h0, d.h0 + timedelta(hours=1)

@@ -9,6 +9,7 @@ Unit tests drive the breaker and the header book with a hand-moved clock; the re
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -199,7 +200,7 @@ def limited_upstream(settings) -> Iterator[FakeOpenAIWithLimits]:
     server = FakeOpenAIWithLimits.start()
     server.upstream_headers = []
     settings.KEFU_TIERS = {
-        tier: {**cfg, "base_url": server.base_url, "api_key": "test-key", "model": f"fake-{tier}"}
+        tier: cfg.with_current(base_url=server.base_url, api_key="test-key", model=f"fake-{tier}")
         for tier, cfg in settings.KEFU_TIERS.items()
     }
     settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = 2.0
@@ -344,7 +345,7 @@ async def test_429_headers_block_the_upstream_for_other_answers(limited_upstream
 
 @pytest.mark.django_db(transaction=True)
 async def test_requests_per_minute_limit_falls_back(limited_upstream, settings):
-    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": {**settings.KEFU_TIERS["simple"], "rpm": 1}}
+    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": replace(settings.KEFU_TIERS["simple"], rpm=1)}
     limited_upstream.push(Behaviour(text="simple"), Behaviour(text="medium"))
     await answer()
     text, d, _ = await answer()
@@ -355,7 +356,7 @@ async def test_requests_per_minute_limit_falls_back(limited_upstream, settings):
 @pytest.mark.django_db(transaction=True)
 async def test_tokens_per_minute_limit_falls_back(limited_upstream, settings):
     # Each request counts ceil(33 / 4) + 100 = 109 tokens; 150 a minute leaves room for one.
-    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": {**settings.KEFU_TIERS["simple"], "tpm": 150}}
+    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": replace(settings.KEFU_TIERS["simple"], tpm=150)}
     limited_upstream.push(Behaviour(text="simple"), Behaviour(text="medium"))
     await answer()
     text, d, _ = await answer()
@@ -365,7 +366,7 @@ async def test_tokens_per_minute_limit_falls_back(limited_upstream, settings):
 
 @pytest.mark.django_db(transaction=True)
 async def test_concurrency_limit_sends_the_next_answer_to_the_next_tier(limited_upstream, settings):
-    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": {**settings.KEFU_TIERS["simple"], "max_concurrency": 1}}
+    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": replace(settings.KEFU_TIERS["simple"], max_concurrency=1)}
     limited_upstream.push(Behaviour(text="slow simple answer", token_ms=200), Behaviour(text="medium"))
     slow = stream_with_fallback(decision())
     first = await anext(slow)  # the simple tier's one slot is now taken

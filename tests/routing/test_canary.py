@@ -11,6 +11,7 @@ import asyncio
 import logging
 import sys
 import uuid
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from routing import services as router
 from routing.models import TierOverride, UpstreamCall
 from routing.types import CallContext, History, Question
 from routing.upstream import canary, ledger
+from routing.upstream.config import Canary
 from routing.upstream.resilience import deployments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,15 +52,10 @@ def candidate(settings: Any, remote: Any, routing_guards: None) -> Any:
     """The simple tier's candidate ``fake-candidate`` on a fake upstream of its own (key
     ``candidate-key``, CANDIDATE_PRICES), with the whole share: every conversation is its."""
     with running_fake_openai() as server:
-        tiers = {tier: dict(cfg) for tier, cfg in settings.KEFU_TIERS.items()}
-        tiers["simple"]["canary"] = {
-            "model": "fake-candidate",
-            "base_url": server.base_url,
-            "api_key": "candidate-key",
-            **CANDIDATE_PRICES,
-            "share": 1.0,
-        }
-        settings.KEFU_TIERS = tiers
+        canary = Canary(
+            model="fake-candidate", base_url=server.base_url, api_key="candidate-key", **CANDIDATE_PRICES, share=1.0
+        )
+        settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": replace(settings.KEFU_TIERS["simple"], canary=canary)}
         settings.KEFU_BUDGETS_ENABLED = False  # not what these tests are about: fewer queries an answer
         # The candidate's first token must not be late on a loaded machine (25 answers at once):
         # a late one would fall back and change the counts.
@@ -67,9 +64,7 @@ def candidate(settings: Any, remote: Any, routing_guards: None) -> Any:
 
 
 def set_share(settings: Any, share: float) -> None:
-    tiers = {tier: dict(cfg) for tier, cfg in settings.KEFU_TIERS.items()}
-    tiers["simple"]["canary"] = {**tiers["simple"]["canary"], "share": share}
-    settings.KEFU_TIERS = tiers
+    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": settings.KEFU_TIERS["simple"].with_canary(share=share)}
 
 
 @database_sync_to_async
@@ -181,9 +176,7 @@ async def test_the_candidate_has_its_own_throttle_slots_and_breaker(settings, ca
     from routing.upstream.resilience import upstream_key
     from routing.upstream.tiers import provider_for
 
-    tiers = {tier: dict(cfg) for tier, cfg in settings.KEFU_TIERS.items()}
-    tiers["simple"]["max_concurrency"] = 1
-    settings.KEFU_TIERS = tiers
+    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": replace(settings.KEFU_TIERS["simple"], max_concurrency=1)}
     assert await throttle.admit("simple", tokens=1) is None
     assert await throttle.admit("simple", tokens=1, variant="candidate") is None  # a slot of its own
     refused = await throttle.admit("simple", tokens=1, variant="candidate")
@@ -331,9 +324,10 @@ async def test_promote_gives_every_conversation_the_candidate_until_the_environm
     models = [record.model for _, record in [await answer(cid) for cid in ids]]
     assert models == ["fake-candidate"] * 20 and len(candidate.requests) == 20
     # A new candidate in the environment: the promotion was about the old one.
-    tiers = {tier: dict(cfg) for tier, cfg in settings.KEFU_TIERS.items()}
-    tiers["simple"]["canary"] = {**tiers["simple"]["canary"], "model": "fake-candidate-2"}
-    settings.KEFU_TIERS = tiers
+    settings.KEFU_TIERS = {
+        **settings.KEFU_TIERS,
+        "simple": settings.KEFU_TIERS["simple"].with_canary(model="fake-candidate-2"),
+    }
     fresh = canary.status("simple")
     assert fresh is not None and fresh.state == "canary" and fresh.share == 0.1 and fresh.decided_by == ""
 

@@ -7,6 +7,7 @@ embeddings are memoised under ``.cache/embeddings`` like the other models'.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -223,7 +224,7 @@ def test_nearest_tier_goes_up_first_then_down():
 
 def _tiers(settings, **dedicated: bool) -> None:
     settings.KEFU_TIERS = {
-        tier: {**cfg, "api_key": "k", "model": f"m-{tier}", "dedicated": dedicated.get(tier, False)}
+        tier: replace(cfg.with_current(api_key="k", model=f"m-{tier}"), dedicated=dedicated.get(tier, False))
         for tier, cfg in settings.KEFU_TIERS.items()
     }
 
@@ -256,5 +257,5 @@ def test_tier_routing_switch_off_keeps_simple(settings):
 
 
 def test_no_configured_tier_means_no_choice(settings):
-    settings.KEFU_TIERS = {tier: {**cfg, "api_key": ""} for tier, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIERS = {tier: cfg.with_current(api_key="") for tier, cfg in settings.KEFU_TIERS.items()}
     assert choose_tier("Do you ship to Portugal?") is None

@@ -116,7 +116,7 @@ async def test_oversized_body_gets_413(key, settings):
 
 
 async def test_no_configured_tier_gets_503(key, settings):
-    settings.KEFU_TIERS = {tier: {**cfg, "api_key": ""} for tier, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIERS = {tier: cfg.with_current(api_key="") for tier, cfg in settings.KEFU_TIERS.items()}
     response = await post(GOOD, raw=key[1])
     assert response.status_code == 503 and response.json()["error"]["code"] == "no_model"
 

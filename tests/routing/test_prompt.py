@@ -33,7 +33,7 @@ MODEL = "fake-simple"
 
 @pytest.fixture(autouse=True)
 def _tiers(settings: Any) -> None:
-    settings.KEFU_TIERS = {tier: {**cfg, "model": f"fake-{tier}"} for tier, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIERS = {tier: cfg.with_current(model=f"fake-{tier}") for tier, cfg in settings.KEFU_TIERS.items()}
     settings.KEFU_CONTEXT_TURNS = 5
     settings.KEFU_CONTEXT_TOKENS = {"simple": 3000, "medium": 6000, "complex": 12000}
     router_tokens.warm_tokenizer(MODEL)

@@ -133,7 +133,7 @@ async def test_a_reply_that_is_not_one_question_gives_none(remote, behaviour):
 async def test_nothing_is_asked_without_a_configured_tier_or_without_history(remote, settings):
     assert await rewrite(history=[]) is None
     assert await rewrite(history=[("bot", "  ")]) is None
-    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": {**settings.KEFU_TIERS["simple"], "api_key": ""}}
+    settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": settings.KEFU_TIERS["simple"].with_current(api_key="")}
     assert await rewrite() is None
     assert remote.requests == []
 

@@ -161,7 +161,8 @@ async def test_a_cut_reaches_every_reader_the_same_way(make_client, faq, remote)
 async def test_a_failure_before_the_first_token_hands_each_shopper_over(make_client, faq, remote, settings):
     # Only the simple tier, no retry: its first token never comes before the deadline (2 s).
     settings.KEFU_TIERS = {
-        t: {**cfg, "api_key": cfg["api_key"] if t == "simple" else ""} for t, cfg in settings.KEFU_TIERS.items()
+        t: cfg.with_current(api_key=cfg.current.api_key if t == "simple" else "")
+        for t, cfg in settings.KEFU_TIERS.items()
     }
     settings.KEFU_LLM_RETRIES = 0
     remote.push(Behaviour(text=ANSWER, ttft_ms=8000))

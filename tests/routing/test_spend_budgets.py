@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -52,7 +53,7 @@ def _limits(settings: Any, routing_guards: None) -> None:
     settings.KEFU_BUDGET_KEY_DAY_USD = 0.0
     settings.KEFU_BUDGET_KEY_MONTH_USD = 0.0
     settings.KEFU_BUDGET_SOFT_SHARE = 0.8
-    settings.KEFU_TIERS = {t: {**cfg, "day_cap_usd": 0.0} for t, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIERS = {t: replace(cfg, day_cap_usd=0.0) for t, cfg in settings.KEFU_TIERS.items()}
     budgets.forget_key_limits()
 
 
@@ -233,7 +234,7 @@ async def test_a_remote_call_is_held_and_settled_at_its_ledger_cost(remote: Any)
 @pytest.mark.asyncio
 async def test_a_tier_whose_cap_is_spent_is_skipped_and_the_ledger_says_budget(remote: Any, settings: Any) -> None:
     settings.KEFU_TIERS = {
-        t: {**cfg, "day_cap_usd": 0.01 if t == "simple" else 0.0} for t, cfg in settings.KEFU_TIERS.items()
+        t: replace(cfg, day_cap_usd=0.01 if t == "simple" else 0.0) for t, cfg in settings.KEFU_TIERS.items()
     }
     await database_sync_to_async(spend)("tier", "simple", "0.01", limit="0.01")
     text, _done, error = await run(decision("simple"))
@@ -261,7 +262,7 @@ async def test_no_fallback_into_a_tier_the_budget_closed(remote: Any) -> None:
 
 def dedicated_tiers(settings: Any) -> None:
     """Let the tier classifier choose every tier (each configured on its own)."""
-    settings.KEFU_TIERS = {t: {**cfg, "dedicated": True} for t, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIERS = {t: replace(cfg, dedicated=True) for t, cfg in settings.KEFU_TIERS.items()}
 
 
 def deltas(frames: list[dict[str, Any]]) -> str:

@@ -133,7 +133,7 @@ async def test_the_answering_loop_never_waits_for_a_summary(make_client, faq, re
 
 @pytest.mark.django_db
 def test_without_a_model_nothing_is_summarised(settings):
-    settings.KEFU_TIERS = {t: {**cfg, "api_key": ""} for t, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIERS = {t: cfg.with_current(api_key="") for t, cfg in settings.KEFU_TIERS.items()}
     conv = Conversation.objects.create(token_hash="0" * 64)
     assert conversation_summarise(conversation_id=conv.pk) is None
     assert chat_tasks.maybe_summarise(conversation_id=conv.pk) is False

@@ -4,6 +4,7 @@ the real ``openai`` client calls the project's streaming test server (tests/fake
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,9 @@ def tiers(settings, remote):
 
     def configure(**enabled: bool) -> None:
         settings.KEFU_TIERS = {
-            tier: {**cfg, "dedicated": True, "api_key": cfg["api_key"] if enabled.get(tier, True) else ""}
+            tier: replace(cfg, dedicated=True).with_current(
+                api_key=cfg.current.api_key if enabled.get(tier, True) else ""
+            )
             for tier, cfg in settings.KEFU_TIERS.items()
         }
 

@@ -22,7 +22,7 @@ def fresh_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_warm_up_loads_each_configured_tiers_tokenizer_and_reports_ok(
     remote: Any, settings: Any, fresh_warmup: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = settings.KEFU_TIERS["simple"]["model"]
+    model = settings.KEFU_TIERS["simple"].current.model
     monkeypatch.setattr(tokens, "_ready", set())
     assert warmup.status() == "ok"  # never started: everything loads lazily
     warmup.start()

@@ -29,16 +29,18 @@ from django.conf import settings
 from cache_layer import audit as cache_audit
 from routing import tasks, warmup
 from routing.decide import answers, classify, injection, strategy
+from routing.decide.decision import Decision
 from routing.decide.replies import person_request_words
 from routing.faq.registry import registry
 from routing.orders import tools
 from routing.prompt import build as prompt
 from routing.prompt import privacy
 from routing.prompt import summary as summaries
-from routing.providers.base import ProviderError, StreamDone, StreamItem, TextDelta
-from routing.types import AnswerRecord, CallContext, Decision, HistoryLoader, Payer, Question, Suggestion
+from routing.providers.base import ProviderError, StreamDone, TextDelta
+from routing.types import AnswerRecord, CallContext, HistoryLoader, Payer, Question, Suggestion
 from routing.upstream import canary, ledger, singleflight, tiers
-from routing.upstream.complete import complete_decision
+from routing.upstream.call import Answered, CallItem
+from routing.upstream.complete import complete_call
 
 log = logging.getLogger(__name__)
 
@@ -91,43 +93,59 @@ class Answer:
     answer, put the conversation in the agents' queue; always so for route ``handoff``),
     ``flags`` (signals about the question for agents, e.g. ``["prompt_injection"]``: Chat stores
     them with the shopper's message).
+
+    The decision is never changed: what the stream learns (the deployment that answered, a store
+    tool's call) is kept as the stream's last ``Answered`` value, and the answer is recorded with
+    the decision that value gives (``Decision.answered_by``).
     """
 
     def __init__(self, decision: Decision, question: Question) -> None:
-        self._decision = decision
         self._question = question
         # A message that tries to override the instructions is flagged for agents, and its
         # answer is this shopper's alone (routing.decide.injection).
         self.flags: list[str] = [injection.FLAG] if injection.injection_signals(question.text) else []
         if self.flags:
-            decision.shareable = False
+            decision = replace(decision, shareable=False)
+        # The plan; replaced by a handoff's (never changed) when the remote model fails.
+        self._decision = decision
+        self._answered: Answered | None = None  # the deployment that answered, from the stream
         self._done: StreamDone | None = None
-        self._source: AsyncIterator[StreamItem] | None = None
-        self._first: asyncio.Future[StreamItem] | None = None
+        self._source: AsyncIterator[CallItem] | None = None
+        self._first: asyncio.Future[CallItem] | None = None
         self._closed = False
         self._record: AnswerRecord | None = None
-        self._remote = decision.request is not None and decision.provider is not None
+        self._remote = decision.remote
         if self._remote:
-            context = CallContext(
-                conversation_id=question.conversation_id,
-                message_id=question.message_id,
-                payer=Payer.of_question(question),
-            )
-            assert decision.request is not None
-            if decision.request.tools:
+            call = decision.call(_context(question))
+            if call.request.tools:
                 # May call the store for this shopper's orders: never shared with another question.
-                self._source = tools.stream_with_tools(decision, question=question, context=context)
+                self._source = tools.stream_with_tools(
+                    call, question=question, locale=decision.locale, vault=decision.vault
+                )
             else:
                 # Identical cacheable questions in flight at once share one upstream call (routing.upstream.singleflight).
                 self._source = singleflight.open_stream(
-                    decision, question=decision.cache_question or question.text, context=context
+                    call,
+                    question=decision.cache_question or question.text,
+                    scope=decision.cache_scope,
+                    shareable=decision.shareable,
                 )
             # Open the upstream request now, while Chat writes the bot row: saves a DB round trip of TTFT.
             self._first = asyncio.ensure_future(anext(self._source))
 
     @property
+    def _ended(self) -> Decision:
+        """The decision as the answer went so far: the plan, with the deployment that answered
+        (read from the stream, or already waiting as its first item)."""
+        answered, first = self._answered, self._first
+        if answered is None and first is not None and first.done() and not first.cancelled():
+            item = first.result() if first.exception() is None else None
+            answered = item if isinstance(item, Answered) else None
+        return self._decision.answered_by(answered)
+
+    @property
     def route(self) -> str:
-        return self._decision.route
+        return self._ended.route
 
     @property
     def locale(self) -> str:
@@ -139,7 +157,7 @@ class Answer:
         ``candidate``: its canary candidate, routing.upstream.canary); "" when no model answers. It may
         change while streaming (a candidate that fails before its first token is followed by the
         tier's own model): the ``AnswerRecord`` says which answered."""
-        return self._decision.variant if self._remote else ""
+        return self._ended.variant if self._remote else ""
 
     @property
     def reason(self) -> str:
@@ -188,6 +206,8 @@ class Answer:
                     break
                 if isinstance(item, StreamDone):
                     self._done = item
+                elif isinstance(item, Answered):
+                    self._answered = item
                 elif isinstance(item, TextDelta) and item.text:
                     if guard.feed(item.text):
                         raise _leak()
@@ -212,6 +232,7 @@ class Answer:
                 self._decision = strategy.handoff_decision(
                     locale=self._decision.locale, reason=f"remote model failed: {e.code}"
                 )
+            self._answered = None
             await self.close()
             self._source = None
             for piece in answers.chunks(self._decision.text or ""):
@@ -238,12 +259,24 @@ class Answer:
         stored to the first piece / to the end (ms); ``cut``: it stopped before its end. Counting
         tokens (a stream with no usage chunk) loads the tokenizer, so it runs in a thread."""
         await self.close()
-        decision, route = self._decision, self._decision.route
+        decision = self._ended
+        route = decision.route
         done = self._done
 
         def account() -> AnswerRecord:
             return ledger.answer_record(
-                decision=decision, route=route, text=text, done=done, ttft_ms=ttft_ms, latency_ms=latency_ms, cut=cut
+                route=route,
+                text=text,
+                done=done,
+                ttft_ms=ttft_ms,
+                latency_ms=latency_ms,
+                cut=cut,
+                tier=decision.tier,
+                variant=decision.variant,
+                messages=decision.request.messages if decision.request is not None else None,
+                reason=decision.reason,
+                faq_entry_id=decision.faq_entry_id,
+                cache_entry_id=decision.cache_entry_id,
             )
 
         record = await asyncio.to_thread(account) if route.startswith("llm.") and done is None else account()
@@ -265,7 +298,7 @@ class Answer:
         record = self._record
         if record is None or record.cut:
             return
-        decision, question = self._decision, self._question
+        decision, question = self._ended, self._question
         if self._done is not None and self._done.finish_reason == "length":
             return  # stopped by the token limit: not the whole answer, never shared
         if record.route.startswith("llm."):
@@ -310,8 +343,20 @@ async def answer_open(*, question: Question, history: HistoryLoader) -> Answer:
     content; raises what ``history`` raises. A remote answer in a conversation its tier's canary
     takes goes to the tier's candidate model (``routing.upstream.canary``)."""
     decision = await strategy.decide(question=question, history=history)
-    await canary.assign(decision, conversation_id=question.conversation_id)
+    if decision.remote:
+        planned = decision.call(_context(question))
+        decision = decision.sent_to(await canary.assign(planned, conversation_id=question.conversation_id))
     return Answer(decision, question)
+
+
+def _context(question: Question) -> CallContext:
+    """Who a shopper's answer's upstream call is for, on its ledger rows: the conversation, the
+    message, and the shopper who pays (``routing.upstream.budgets``)."""
+    return CallContext(
+        conversation_id=question.conversation_id,
+        message_id=question.message_id,
+        payer=Payer.of_question(question),
+    )
 
 
 def canary_standings() -> list[dict[str, object]]:
@@ -336,7 +381,7 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
         if decision.provider is not None and decision.request is not None:
             context = CallContext(conversation_id=question.conversation_id, purpose="suggestion")
             try:
-                draft = await complete_decision(decision, context=context)
+                draft = await complete_call(decision.call(context))
             except ProviderError as e:
                 log.warning("suggested reply for %s failed: %s", question.conversation_id, e)
                 return Suggestion("", None, None)

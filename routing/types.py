@@ -12,13 +12,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from routing.prompt.privacy import Vault
-    from routing.providers.base import ChatRequest, Provider
+from typing import Protocol
 
 #: The routes of protocol 1 (docs/protocol.md): who answered a message.
 ROUTES = (
@@ -145,47 +139,6 @@ class AnswerRecord:
     # A remote answer's deployment of its tier: "current" (the tier's own model) or "candidate"
     # (its canary candidate, routing.upstream.canary); "" for an answer no model gave.
     variant: str = ""
-
-
-@dataclass
-class Decision:
-    """The router's choice for one question (inside the router; the door shows it as an
-    ``Answer``). ``text`` for fixed answers (faq, decline, handoff, cache.*); ``provider`` +
-    ``request`` + ``tier`` for a remote model."""
-
-    route: str
-    locale: str
-    text: str | None = None
-    tier: str | None = None
-    provider: Provider | None = None
-    request: ChatRequest | None = None
-    faq_entry_id: int | None = None
-    reason: str = ""
-    queue_for_agent: bool = False  # after the answer, put the conversation in the agents' queue
-    cache_scope: str = ""  # where a remote answer may be stored (answer cache)
-    cache_vector: np.ndarray | None = None
-    # The question the answer cache keys on: the message itself, or for a follow-up ("and the
-    # blue one?") its standalone rewrite (routing.prompt.rewrite); "" = the message's text.
-    cache_question: str = ""
-    cache_entry_id: int | None = None  # the cached answer served (cache.* routes)
-    grounded_on: list[int] = field(default_factory=list)
-    # Whether a remote answer may reach other shoppers (stored in the answer cache, or streamed to
-    # the identical questions in flight): not for a rewritten follow-up (its history made it), nor
-    # when the earlier turns or the summary held personal data ("Thanks, Alice!") or a turn that
-    # tried to instruct the model (routing.decide.strategy._history_clean), nor a flagged question.
-    shareable: bool = True
-    # The placeholders of personal data masked in ``request`` (routing.prompt.privacy.Vault): the
-    # streamed answer is unmasked with it. None: nothing was masked.
-    vault: Vault | None = None
-    # The tiers the spend budgets leave open to this answer, fallbacks included
-    # (``routing.upstream.budgets.Standing.tiers_open``); None: every configured tier.
-    tiers_allowed: tuple[str, ...] | None = None
-    # Which deployment of ``tier`` the request goes to (after streaming: which answered):
-    # "current", the tier's own model, or "candidate", its canary candidate (routing.upstream.canary).
-    variant: str = "current"
-    # The candidate is on trial (a canary, not promoted): its answer is neither cached nor shared
-    # with identical questions in flight (``shareable`` is off too).
-    trial: bool = False
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,6 @@ def audit_hit(*, audit_id: int) -> CacheAudit | None:
             tier=AUDIT_TIER,
             context=CallContext(purpose="audit"),  # an audit answers no shopper: no conversation
             max_tokens=settings.KEFU_LLM_MAX_TOKENS,
-            locale=locale,
         )
     except ProviderError as e:
         return cache_audit.audit_error(audit_id=audit_id, detail=f"upstream: {e.code}", question_vector=vector)

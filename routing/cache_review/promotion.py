@@ -73,7 +73,6 @@ def judge(*, judgement_id: int) -> CacheJudgement | None:
             context=CallContext(purpose="judge"),  # judges no shopper's message: no conversation
             max_tokens=4,
             temperature=0.0,
-            locale=subject.locale or "en",
         )
     except ProviderError as e:
         return cache_promotion.judgement_record(

@@ -29,6 +29,7 @@ from cache_layer.policy import is_follow_up, personal_data
 from lib.text import detect_locale
 from routing.decide import answers
 from routing.decide.classify import classified as classified_text
+from routing.decide.decision import Decision
 from routing.decide.injection import injection_signals
 from routing.decide.replies import small_talk_reply, wants_human
 from routing.decide.tier_classifier import HANDOFF, rule_for
@@ -38,12 +39,25 @@ from routing.orders import actions, tools
 from routing.prompt import build as prompt
 from routing.prompt import privacy, rewrite
 from routing.providers.base import ChatRequest
-from routing.types import CallContext, Decision, History, HistoryLoader, Payer, Question
+from routing.types import CallContext, History, HistoryLoader, Payer, Question
 from routing.upstream import budgets
 from routing.upstream.tiers import configured_tiers, provider_for, tier_model
 from store.services import store_on
 
 log = logging.getLogger(__name__)
+
+
+def action_decision(reply: actions.ActionReply, *, locale: str) -> Decision:
+    """A store reply (``routing.orders.actions``) as a decision: a fixed answer, never shareable
+    (an order's answer is its shopper's alone: no cache, no single flight)."""
+    return Decision(
+        route=reply.route,
+        locale=locale,
+        text=reply.text,
+        reason=reply.reason,
+        shareable=False,
+        faq_entry_id=reply.faq_entry_id,
+    )
 
 
 def handoff_decision(*, locale: str, reason: str) -> Decision:
@@ -66,7 +80,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     # A "yes" or "no" to a change the bot offered (cancel, return): made or forgotten, no model.
     confirmed = await actions.confirm_decision(question, locale) if store_actions else None
     if confirmed is not None:
-        return confirmed
+        return action_decision(confirmed, locale=locale)
     rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
     asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
 
@@ -83,13 +97,14 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
             if action is not None:
                 # An order intent: answered from the store when the order is known (route
                 # ``action``), else the FAQ answer with an offer to look it up.
-                return await actions.intent_decision(
+                store_reply = await actions.intent_decision(
                     question,
                     locale,
                     action=action,
                     faq_text=answers.fill_placeholders(entry.answer, entry.locale),
                     faq_entry_id=entry.entry_id,
                 )
+                return action_decision(store_reply, locale=locale)
             # A shopper who asks for a person gets the store's own answer about it (its FAQ
             # entry) and is put in the agents' queue all the same.
             return Decision(
@@ -107,7 +122,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     # A message naming an order the shopper may see (its number and e-mail): where it is.
     named = await actions.reference_decision(question, locale) if store_actions else None
     if named is not None:
-        return named
+        return action_decision(named, locale=locale)
     reply = small_talk_reply(text, locale)
     if reply is not None:
         return Decision(route="decline", locale=locale, text=reply, reason="small talk")
@@ -213,7 +228,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
             reason=f"remote model, {tier_decision.describe()}{budget_note}{', store tools' if use_tools else ''}",
             cache_scope=cache_scope,
             cache_vector=vector,
-            grounded_on=grounded_on,
+            grounded_on=tuple(grounded_on),
             cache_question=cache_question,
             # An answer a budget sent a tier down is not what that tier's cache scope promises.
             shareable=history_clean and not cache_question and not budget_note,

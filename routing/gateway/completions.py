@@ -36,12 +36,14 @@ from django.utils import timezone
 
 from lib.text import detect_locale
 from routing.decide import answers, classify, strategy
+from routing.decide.decision import Decision
 from routing.faq.registry import registry
 from routing.models import ApiKey
 from routing.prompt import build as prompt
 from routing.providers.base import ChatRequest, Usage
-from routing.types import Decision, Payer
+from routing.types import Payer
 from routing.upstream import budgets
+from routing.upstream.call import Answered
 from routing.upstream.ledger import cost_usd
 from routing.upstream.tiers import configured_tiers, provider_for, tier_configured, tier_model
 
@@ -204,16 +206,18 @@ def parse_request(body: bytes) -> GatewayRequest:
 # ---------------------------------------------------------------------------- routing
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Plan:
-    """Who answers a gateway request: a fixed ``text`` (route ``faq`` or ``cache.*``), or the
-    tiers through ``decision`` (``decision.request`` set). ``question`` / ``cache_*`` are kept to
-    offer a bare question's remote answer to the answer cache."""
+    """Who answers a gateway request (frozen): a fixed ``text`` (route ``faq`` or ``cache.*``), or
+    the tiers through ``decision`` (``decision.request`` set; the tier that answers comes back
+    in the stream, ``routing.upstream.call.Answered``). ``question`` / ``offer_to_cache`` /
+    ``grounded_on`` (FAQ entry ids) are kept to offer a bare question's remote answer to the
+    answer cache."""
 
     decision: Decision
     question: str = ""
     offer_to_cache: bool = False
-    grounded_on: list[int] = field(default_factory=list)
+    grounded_on: tuple[int, ...] = field(default_factory=tuple)
 
     @property
     def text(self) -> str | None:
@@ -264,14 +268,17 @@ async def plan(req: GatewayRequest, *, api_key_id: int | None = None) -> Plan:
     if chosen is None:
         raise budget_error(standing.reason())
     if chosen != d.tier:
-        d.tier, d.route = chosen, f"llm.{chosen}"
-        d.request = replace(d.request, model=tier_model(chosen))
-        d.provider = provider_for(chosen)
-        d.reason += f", sent to {chosen} by the budget ({standing.reason()})"
-        d.shareable = False
-        p.offer_to_cache = False
-    d.tiers_allowed = tuple(standing.tiers_open(configured))
-    return p
+        d = replace(
+            d,
+            tier=chosen,
+            route=f"llm.{chosen}",
+            request=replace(d.request, model=tier_model(chosen)),
+            provider=provider_for(chosen),
+            reason=f"{d.reason}, sent to {chosen} by the budget ({standing.reason()})",
+            shareable=False,
+        )
+        p = replace(p, offer_to_cache=False)
+    return replace(p, decision=replace(d, tiers_allowed=tuple(standing.tiers_open(configured))))
 
 
 async def _plan(req: GatewayRequest) -> Plan:
@@ -301,16 +308,23 @@ async def _plan(req: GatewayRequest) -> Plan:
             # The tier the router chose (routing.decide.tier_classifier), the one its cache scope names.
             tier = c.tier.tier
             grounding, grounded_on, vector = c.remote
-            d = _remote(
-                req,
-                tier,
-                prompt.build_messages(grounding=grounding, history=[], text=question, locale=locale, tier=tier),
-                locale,
+            d = replace(
+                _remote(
+                    req,
+                    tier,
+                    prompt.build_messages(grounding=grounding, history=[], text=question, locale=locale, tier=tier),
+                    locale,
+                ),
+                cache_scope=c.cache_scope,
+                cache_vector=vector,
+                grounded_on=tuple(grounded_on),
+                shareable=not req.caller_params,
             )
-            d.cache_scope, d.cache_vector, d.grounded_on = c.cache_scope, vector, grounded_on
-            d.shareable = not req.caller_params
             return Plan(
-                d, question=question, offer_to_cache=bool(c.cache_scope) and d.shareable, grounded_on=grounded_on
+                d,
+                question=question,
+                offer_to_cache=bool(c.cache_scope) and d.shareable,
+                grounded_on=tuple(grounded_on),
             )
     first_tier = next((t for t in TIERS[TIERS.index(start) :] if tier_configured(t)), None)
     if first_tier is None:
@@ -324,12 +338,16 @@ async def _plan(req: GatewayRequest) -> Plan:
     return Plan(_remote(req, first_tier, req.messages, locale))
 
 
-async def offer_to_cache(p: Plan, *, text: str, model: str, finish_reason: str | None = None) -> None:
+async def offer_to_cache(
+    p: Plan, *, text: str, model: str, finish_reason: str | None = None, answered: Answered | None = None
+) -> None:
     """Offer a bare question's complete remote answer to the answer cache
-    (``routing.decide.strategy.offer_to_cache``: its policy may refuse it; never raises). An answer the
-    token limit stopped (``finish_reason`` ``"length"``) is never offered."""
+    (``routing.decide.strategy.offer_to_cache``: its policy may refuse it; never raises), under
+    the route of the tier that ``answered`` (the stream's ``Answered``; None: the planned one).
+    An answer the token limit stopped (``finish_reason`` ``"length"``) is never offered."""
     if p.offer_to_cache and finish_reason != "length":
-        await strategy.offer_to_cache(p.decision, question=p.question, text=text, model=model)
+        decision = p.decision.answered_by(answered)
+        await strategy.offer_to_cache(decision, question=p.question, text=text, model=model)
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from routing.decide.answers import chunks
+from routing.decide.decision import Decision
 from routing.gateway.completions import (
     GatewayError,
     GatewayRequest,
@@ -42,8 +43,9 @@ from routing.gateway.completions import (
     plan,
     usage_body,
 )
-from routing.providers.base import ProviderError, StreamDone, StreamItem, TextDelta, ToolCall
+from routing.providers.base import ProviderError, StreamDone, TextDelta, ToolCall
 from routing.types import Payer
+from routing.upstream.call import Answered, CallItem
 from routing.upstream.ledger import CallContext
 from routing.upstream.resilience import stream_with_fallback
 
@@ -160,30 +162,40 @@ def _fixed_answer(p: Plan, c: _Completion) -> HttpResponseBase:
 
 async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBase:
     """Stream from the tiers. The first item is awaited before the response starts, so a failure
-    of every tier before any text is a proper HTTP error, and the route is final."""
+    of every tier before any text is a proper HTTP error, and the route is final (the stream's
+    ``Answered`` says which tier answered; the plan is never changed)."""
     d = p.decision
     source = stream_with_fallback(
-        d, context=CallContext(api_key_id=key_id, purpose="gateway", payer=Payer(api_key_id=key_id))
+        d.call(CallContext(api_key_id=key_id, purpose="gateway", payer=Payer(api_key_id=key_id)))
     )
     try:
-        first: StreamItem = await anext(source)
+        first: CallItem = await anext(source)
     except ProviderError as e:
         await source.aclose()
         return error_response(_unavailable(e))
+    answered = first if isinstance(first, Answered) else None
 
     async def items() -> AsyncIterator[TextDelta | StreamDone]:
         # The gateway sends no tools (it refuses them), so no ToolCall ever comes.
+        nonlocal answered
         try:
-            if not isinstance(first, ToolCall):
+            if isinstance(first, (TextDelta, StreamDone)):
                 yield first
             async for item in source:
-                if not isinstance(item, ToolCall):
+                if isinstance(item, Answered):
+                    answered = item
+                elif not isinstance(item, ToolCall):
                     yield item
         finally:
             await source.aclose()
 
+    def ended() -> Decision:
+        """The plan with the tier that answered so far."""
+        return d.answered_by(answered)
+
     def model_of(done: StreamDone | None) -> str:
-        return (done.model if done is not None else "") or (d.request.model if d.request else "")
+        request = ended().request
+        return (done.model if done is not None else "") or (request.model if request else "")
 
     if not c.req.stream:
         texts: list[str] = []
@@ -211,11 +223,13 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBa
                 text,
                 (done.finish_reason if done else None) or "stop",
                 usage_body(usage),
-                kefu_body(route=d.route, tier=d.tier, usage=usage),
+                kefu_body(route=ended().route, tier=ended().tier, usage=usage),
             )
         )
-        response["x-kefu-route"] = d.route
-        await offer_to_cache(p, text=text, model=model_of(done), finish_reason=done.finish_reason if done else None)
+        response["x-kefu-route"] = ended().route
+        await offer_to_cache(
+            p, text=text, model=model_of(done), finish_reason=done.finish_reason if done else None, answered=answered
+        )
         return response
 
     async def events() -> AsyncIterator[bytes]:
@@ -248,14 +262,18 @@ async def _remote_answer(p: Plan, c: _Completion, key_id: int) -> HttpResponseBa
             model_of(done),
             (done.finish_reason if done else None) or "stop",
             usage_body(usage),
-            kefu_body(route=d.route, tier=d.tier, usage=usage),
+            kefu_body(route=ended().route, tier=ended().tier, usage=usage),
         ):
             yield line
         await offer_to_cache(
-            p, text="".join(texts), model=model_of(done), finish_reason=done.finish_reason if done else None
+            p,
+            text="".join(texts),
+            model=model_of(done),
+            finish_reason=done.finish_reason if done else None,
+            answered=answered,
         )
 
-    return _stream_response(events(), d.route)
+    return _stream_response(events(), ended().route)
 
 
 @csrf_exempt

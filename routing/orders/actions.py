@@ -24,18 +24,20 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from routing.orders import replies
-from routing.types import Decision, Question
+from routing.types import Question
 from store import services as store
 from store.types import Order, Owner, StoreError
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ActionReply",
     "confirm_decision",
     "email_in",
     "intent_action",
@@ -180,11 +182,22 @@ def intent_action(intent: str) -> str | None:
     return action if isinstance(action, str) else None
 
 
-def _decision(
-    text: str, locale: str, reason: str, *, route: str = "action", faq_entry_id: int | None = None
-) -> Decision:
-    # Never shareable: an order's answer is this shopper's alone (no cache, no single flight).
-    return Decision(route=route, locale=locale, text=text, reason=reason, shareable=False, faq_entry_id=faq_entry_id)
+@dataclass(frozen=True, slots=True)
+class ActionReply:
+    """A whole answer from the store's data or a change's outcome (frozen): ``text`` in the
+    shopper's language, ``reason`` in the router's own words, ``route`` ``action`` (or ``faq``:
+    the FAQ answer with a store note or an offer to look the order up) and the FAQ entry it
+    came from (``faq_entry_id``, None for none). ``routing.decide.strategy`` makes it a decision,
+    never shareable: an order's answer is its shopper's alone (no cache, no single flight)."""
+
+    text: str
+    reason: str
+    route: str = "action"
+    faq_entry_id: int | None = None
+
+
+def _reply(text: str, reason: str, *, route: str = "action", faq_entry_id: int | None = None) -> ActionReply:
+    return ActionReply(text=text, reason=reason, route=route, faq_entry_id=faq_entry_id)
 
 
 def _actor(question: Question, purpose: str = "action") -> store.Actor:
@@ -193,7 +206,7 @@ def _actor(question: Question, purpose: str = "action") -> store.Actor:
     )
 
 
-async def confirm_decision(question: Question, locale: str) -> Decision | None:
+async def confirm_decision(question: Question, locale: str) -> ActionReply | None:
     """A short "yes"/"no" to a change the bot offered in this conversation: make the change (or
     forget it) and say so (route ``action``). None when the message is not a yes/no, or there
     is no offer waiting (one indexed query, only for a yes/no)."""
@@ -206,9 +219,7 @@ async def confirm_decision(question: Question, locale: str) -> Decision | None:
         if pending is None:
             return None
         await sync_to_async(store.pending_drop, thread_sensitive=False)(cid)
-        return _decision(
-            replies.kept(pending.action, pending.order_number, locale), locale, f"action {pending.action} declined"
-        )
+        return _reply(replies.kept(pending.action, pending.order_number, locale), f"action {pending.action} declined")
     taken = await sync_to_async(store.pending_take, thread_sensitive=False)(cid)
     if taken is None:
         return None
@@ -223,12 +234,8 @@ async def confirm_decision(question: Question, locale: str) -> Decision | None:
         )
     except StoreError as e:
         log.info("confirmed %s of an order failed: %s", taken.action, e.code)
-        return _decision(
-            replies.store_error(e, locale, number=taken.order_number), locale, f"action {taken.action} {e.code}"
-        )
-    return _decision(
-        replies.done(result, locale), locale, f"action {taken.action} done{' (repeat)' if result.repeated else ''}"
-    )
+        return _reply(replies.store_error(e, locale, number=taken.order_number), f"action {taken.action} {e.code}")
+    return _reply(replies.done(result, locale), f"action {taken.action} done{' (repeat)' if result.repeated else ''}")
 
 
 async def _order_for(
@@ -263,7 +270,7 @@ def _read(action: str) -> str:
 
 async def intent_decision(
     question: Question, locale: str, *, action: str, faq_text: str, faq_entry_id: int | None
-) -> Decision:
+) -> ActionReply:
     """The answer to an order intent (``action``, see :func:`intent_action`): from the store when
     the order is known (route ``action``), else ``faq_text`` with an offer to look the order up
     (route ``faq``). A store that fails or does not answer in time gives the FAQ answer and a
@@ -273,23 +280,23 @@ async def intent_decision(
         found = await _order_for(question, action, number, email)
     except StoreError as e:
         if e.code == "not_found":
-            return _decision(replies.store_error(e, locale, number=number or ""), locale, f"action {action} not_found")
+            return _reply(replies.store_error(e, locale, number=number or ""), f"action {action} not_found")
         log.warning("store lookup for %s failed: %s", action, e.code)
         text = f"{faq_text}\n\n{replies.store_error(e, locale)}"
-        return _decision(text, locale, f"faq, store {e.code}", route="faq", faq_entry_id=faq_entry_id)
+        return _reply(text, f"faq, store {e.code}", route="faq", faq_entry_id=faq_entry_id)
     if found is None:
         if question.customer_id:
             # Nothing of that kind on their account ("where is my refund?" with none): the
             # store's general answer, and what their orders show.
             text = f"{faq_text}\n\n{replies.no_order_for(action, locale)}"
-            return _decision(text, locale, f"faq, no order for {action}", route="faq", faq_entry_id=faq_entry_id)
+            return _reply(text, f"faq, no order for {action}", route="faq", faq_entry_id=faq_entry_id)
         text = f"{faq_text}\n\n{replies.offer_lookup(locale, number_given=bool(number))}"
-        return _decision(text, locale, f"faq, order unknown for {action}", route="faq", faq_entry_id=faq_entry_id)
+        return _reply(text, f"faq, order unknown for {action}", route="faq", faq_entry_id=faq_entry_id)
     order, owner = found
     return await _answer(question, locale, action, order, owner)
 
 
-async def reference_decision(question: Question, locale: str) -> Decision | None:
+async def reference_decision(question: Question, locale: str) -> ActionReply | None:
     """A message that only names an order the shopper may see (a number and its e-mail, or a
     verified shopper's number; :func:`only_a_reference`) and matched no FAQ intent: its status
     (route ``action``). None when the message names no order, says more than that, or no store
@@ -306,7 +313,7 @@ async def reference_decision(question: Question, locale: str) -> Decision | None
     try:
         found = await _order_for(question, action, number, email)
     except StoreError as e:
-        return _decision(replies.store_error(e, locale, number=number), locale, f"action {action} {e.code}")
+        return _reply(replies.store_error(e, locale, number=number), f"action {action} {e.code}")
     if found is None:
         return None
     return await _answer(question, locale, action, *found)
@@ -329,22 +336,22 @@ def reference_action(text: str) -> str:
     return "status"
 
 
-async def _answer(question: Question, locale: str, action: str, order: Order, owner: Owner) -> Decision:
+async def _answer(question: Question, locale: str, action: str, order: Order, owner: Owner) -> ActionReply:
     cid = question.conversation_id
     if cid is not None:
         await sync_to_async(store.order_remember, thread_sensitive=False)(cid, owner, order.number)
     if action in ("status", "refund_status"):
         text = replies.refund(order, locale) if action == "refund_status" else replies.status(order, locale)
-        return _decision(text, locale, f"action {action} {order.number}")
+        return _reply(text, f"action {action} {order.number}")
     possible, why = replies.possible(order, action)
     if not possible:
-        return _decision(replies.not_possible(order, action, locale), locale, f"action {action} refused: {why}")
+        return _reply(replies.not_possible(order, action, locale), f"action {action} refused: {why}")
     if action in ("change", "change_address"):
         # What to change comes in the shopper's own words (a new address, other items): the
         # remote model's tool call or a person reads it; the bot says it can still be done.
         text = replies.address_ask(order, locale) if action == "change_address" else replies.change_ask(order, locale)
-        return _decision(text, locale, f"action {action} ask {order.number}")
+        return _reply(text, f"action {action} ask {order.number}")
     if cid is None:
-        return _decision(replies.status(order, locale), locale, f"action {action}: no conversation to confirm in")
+        return _reply(replies.status(order, locale), f"action {action}: no conversation to confirm in")
     await sync_to_async(store.pending_offer, thread_sensitive=False)(cid, owner, action, order.number)
-    return _decision(replies.offer(order, action, locale), locale, f"action {action} offered {order.number}")
+    return _reply(replies.offer(order, action, locale), f"action {action} offered {order.number}")

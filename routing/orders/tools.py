@@ -33,7 +33,7 @@ import logging
 import re
 from collections.abc import AsyncGenerator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -42,8 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from routing.faq.registry import registry
 from routing.orders import actions, replies
 from routing.providers.base import ProviderError, StreamDone, TextDelta, ToolCall, Usage
-from routing.types import CallContext, Decision, Question
+from routing.types import Question
 from routing.upstream import resilience
+from routing.upstream.call import Answered, Call, CallItem
 from store import services as store
 from store.types import Order, Owner, StoreError
 
@@ -292,29 +293,43 @@ async def run_tool(call: ToolCall, *, question: Question, locale: str) -> tuple[
         ), None
 
 
+class Masker(Protocol):
+    """What masks personal data in a prompt and unmasks it again (``routing.prompt.privacy.Vault``)."""
+
+    def mask(self, text: str) -> str: ...
+
+    def unmask(self, text: str) -> str: ...
+
+
 async def stream_with_tools(
-    decision: Decision, *, question: Question, context: CallContext
-) -> AsyncGenerator[TextDelta | StreamDone, None]:
-    """Stream ``decision`` with its tools (the module docstring): ``TextDelta`` items, then one
-    ``StreamDone`` whose usage sums every round's (its ``ttft_ms`` is the first round's with
-    text). Updates ``decision.request`` (the messages grow by each round's calls and results)
-    and sets ``decision.shareable`` False once a tool was called. Raises what
-    ``resilience.stream_with_fallback`` raises."""
-    assert decision.request is not None
-    vault = decision.vault
+    call: Call, *, question: Question, locale: str, vault: Masker | None = None
+) -> AsyncGenerator[CallItem, None]:
+    """Stream ``call`` (its request carries the tools) for ``question``'s shopper, the store's
+    replies in ``locale`` (the module docstring): ``TextDelta`` items, the rounds'
+    :class:`~routing.upstream.call.Answered` items, then one ``StreamDone`` whose usage sums every
+    round's (tokens; its ``ttft_ms``/``latency_ms`` add up the rounds', ms). ``call`` is never
+    changed: each round after a tool's result is a new ``Call`` (the messages grown by the calls
+    and results, purpose ``tool``, on the deployment that answered the round before), and its
+    ``Answered`` carries that round's request; once a tool was called the ``Answered`` items say
+    ``shareable=False``. ``vault``: the masker of the prompt's personal data (None: nothing
+    masked). Raises what ``resilience.stream_with_fallback`` raises."""
     calls_made = 0
     prompt_tokens = completion_tokens = cached = 0
     estimated = False
     latency_ms = 0.0
     ttft_ms: float | None = None
     any_text = False
+    shareable = True
+    answered: Answered | None = None
     for round_number in range(settings.KEFU_TOOL_MAX_CALLS + 1):
-        round_context = context if round_number == 0 else replace(context, purpose="tool")
         calls: list[ToolCall] = []
         round_text: list[str] = []
         done: StreamDone | None = None
-        async for item in resilience.stream_with_fallback(decision, context=round_context):
-            if isinstance(item, TextDelta):
+        async for item in resilience.stream_with_fallback(call):
+            if isinstance(item, Answered):
+                answered = item if shareable else replace(item, shareable=False)
+                yield answered
+            elif isinstance(item, TextDelta):
                 round_text.append(item.text)
                 any_text = True
                 yield item
@@ -348,19 +363,23 @@ async def stream_with_tools(
                 raise ProviderError("the model kept calling tools past the limit", code="malformed", permanent=True)
             yield total
             return
-        decision.shareable = False  # a store's answer is this shopper's alone
+        # A store's answer is this shopper's alone.
+        shareable = False
+        if answered is not None:
+            answered = replace(answered, shareable=False)
+            yield answered
         results: list[dict[str, Any]] = []
         final_text: str | None = None
-        for call in calls:
+        for asked in calls:
             if calls_made >= settings.KEFU_TOOL_MAX_CALLS:
                 result = _error("limit", "no more store calls in this answer: answer with what you know")
             else:
                 calls_made += 1
-                unmasked = replace(call, arguments=vault.unmask(call.arguments)) if vault is not None else call
-                result, final_text = await run_tool(unmasked, question=question, locale=decision.locale)
-                log.info("tool %s -> %s", call.name, json.loads(result).get("error") or "ok")
+                unmasked = replace(asked, arguments=vault.unmask(asked.arguments)) if vault is not None else asked
+                result, final_text = await run_tool(unmasked, question=question, locale=locale)
+                log.info("tool %s -> %s", asked.name, json.loads(result).get("error") or "ok")
             results.append(
-                {"role": "tool", "tool_call_id": call.call_id, "content": vault.mask(result) if vault else result}
+                {"role": "tool", "tool_call_id": asked.call_id, "content": vault.mask(result) if vault else result}
             )
             if final_text is not None:
                 break
@@ -376,10 +395,20 @@ async def stream_with_tools(
                 for c in calls
             ],
         }
-        request = decision.request
-        decision.request = replace(
-            request,
-            messages=[*request.messages, assistant, *results[: len(calls)]],
-            tool_choice="none" if calls_made >= settings.KEFU_TOOL_MAX_CALLS else "auto",
+        # The next round: a new call, where this round answered (a model that asked for a tool
+        # reads its result), its request as last sent grown by the calls and their results.
+        assert answered is not None  # a round that called tools answered
+        request = answered.request
+        call = replace(
+            call,
+            tier=answered.tier,
+            variant=answered.variant,
+            provider=answered.provider,
+            request=replace(
+                request,
+                messages=[*request.messages, assistant, *results[: len(calls)]],
+                tool_choice="none" if calls_made >= settings.KEFU_TOOL_MAX_CALLS else "auto",
+            ),
+            context=replace(call.context, purpose="tool"),
         )
     raise AssertionError("unreachable: the last round returns")  # pragma: no cover

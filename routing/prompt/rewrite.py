@@ -139,7 +139,6 @@ async def standalone_question(
                 context=dataclasses.replace(context or CallContext(), purpose="rewrite"),
                 max_tokens=REWRITE_MAX_TOKENS,
                 temperature=0.0,  # the same follow-up should give the same key
-                locale=locale,
             )
     except TimeoutError:
         log.info("rewrite (%s) timed out after %.1f s", REWRITE_PROMPT_VERSION, rewrite_timeout_s())

@@ -115,7 +115,6 @@ def summary_write(
             context=CallContext(conversation_id=conversation_id, purpose="summary"),
             max_tokens=SUMMARY_MAX_TOKENS,
             temperature=0.0,
-            locale=locale,
         )
     except ProviderError as e:
         log.info("summary (%s) of %s failed: %s", SUMMARY_PROMPT_VERSION, conversation_id, e.code)

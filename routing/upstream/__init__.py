@@ -1,6 +1,7 @@
 """Calling a paid model: which deployment, whether it may be called, what it cost.
 
-``tiers`` holds the tiers and their deployments; ``canary`` a tier's candidate model; ``breaker``,
+``call`` holds the frozen ``Call`` (tier, deployment, request) and the ``Answered`` value a
+stream gives back; ``tiers`` holds the tiers and their deployments; ``canary`` a tier's candidate model; ``breaker``,
 ``throttle`` and ``blocks`` keep a failing, busy or blocked upstream from being called; ``budgets``
 the spend budgets; ``resilience`` retries and falls back; ``singleflight`` shares identical calls;
 ``complete`` is the one helper for one-shot calls; ``ledger`` books every call's tokens and USD;

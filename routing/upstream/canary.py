@@ -45,8 +45,9 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from routing.models import CanaryState, Outcome, Purpose, TierOverride, UpstreamCall
-from routing.types import CallContext, Decision
+from routing.types import CallContext
 from routing.upstream.breaker import BREAKER_FAILURES
+from routing.upstream.call import Call
 from routing.upstream.tiers import (
     CANDIDATE,
     CURRENT,
@@ -246,23 +247,25 @@ async def variant_async(tier: str, context: CallContext) -> str:
     return CANDIDATE if state is not None and state.takes(context.conversation_id) else CURRENT
 
 
-async def assign(decision: Decision, *, conversation_id: uuid.UUID | None) -> None:
-    """Send a shopper's remote ``decision`` to its tier's candidate when the canary takes
-    ``conversation_id``: the candidate's provider and model; while on trial its answer is kept
-    apart (``Decision.trial``: neither cached nor shared with identical questions in flight,
-    whose askers may not be the candidate's). Nothing for other decisions."""
-    if decision.tier is None or decision.request is None or conversation_id is None:
-        return
-    state = await status_async(decision.tier)
+async def assign(call: Call, *, conversation_id: uuid.UUID | None) -> Call:
+    """``call`` sent to its tier's candidate when the canary takes ``conversation_id``: a new
+    :class:`~routing.upstream.call.Call` with ``variant`` ``candidate``, the candidate's provider
+    and model, and ``trial`` while the candidate is on trial (its answer is then neither cached
+    nor shared with identical questions in flight, whose askers may not be the candidate's).
+    Otherwise ``call`` itself (the same object). ``call`` is never changed. Blocking only when
+    this process's copy of the canary's state is stale (read in a thread)."""
+    if conversation_id is None:
+        return call
+    state = await status_async(call.tier)
     if state is None or not state.takes(conversation_id):
-        return
-    decision.variant = CANDIDATE
-    decision.provider = provider_for(decision.tier, CANDIDATE)
-    decision.request = replace(decision.request, model=state.candidate)
-    decision.reason = f"{decision.reason}, canary candidate {state.candidate}"
-    if state.trial:
-        decision.trial = True
-        decision.shareable = False
+        return call
+    return replace(
+        call,
+        variant=CANDIDATE,
+        provider=provider_for(call.tier, CANDIDATE),
+        request=replace(call.request, model=state.candidate),
+        trial=call.trial or state.trial,
+    )
 
 
 def decide(tier: str, *, state: str, by: str, user_id: int | None = None, reason: str = "") -> Canary:

@@ -21,8 +21,9 @@ from asgiref.sync import async_to_sync
 from django.db import connections
 
 from routing.providers.base import ChatRequest, StreamDone, TextDelta
-from routing.types import CallContext, Decision
+from routing.types import CallContext
 from routing.upstream import ledger
+from routing.upstream.call import Answered, Call
 from routing.upstream.resilience import stream_with_fallback
 from routing.upstream.tiers import provider_for, tier_model
 
@@ -53,7 +54,6 @@ async def complete(
     context: CallContext,
     max_tokens: int,
     temperature: float | None = None,
-    locale: str = "en",
 ) -> Completion:
     """Stream ``messages`` from ``tier`` (then its fallbacks) to the end and return the whole answer.
 
@@ -63,37 +63,29 @@ async def complete(
     ``KeyError`` for an unknown tier. Cancelling the caller abandons the call (its ledger row says
     ``abandoned``)."""
     request = ChatRequest(messages=messages, model=tier_model(tier), max_tokens=max_tokens, temperature=temperature)
-    decision = Decision(
-        route=f"llm.{tier}",
-        locale=locale,
-        tier=tier,
-        provider=provider_for(tier),
-        request=request,
-        reason=context.purpose,
-    )
-    return await complete_decision(decision, context=context)
+    return await complete_call(Call(tier=tier, request=request, provider=provider_for(tier), context=context))
 
 
-async def complete_decision(decision: Decision, *, context: CallContext) -> Completion:
-    """:func:`complete` for a decision the router already made (its ``request``, ``tier`` and
-    ``provider`` set), e.g. an agent's suggested reply with the answer's own grounded prompt.
-    Raises ``ProviderError``; ``ValueError`` when ``decision`` is not a remote one."""
-    if decision.request is None or decision.tier is None:
-        raise ValueError("complete_decision needs a remote decision (request and tier)")
-    original = decision.request
+async def complete_call(call: Call) -> Completion:
+    """:func:`complete` for a call the router already planned (e.g. an agent's suggested reply
+    with the answer's own grounded prompt, ``routing.decide.decision.Decision.call``): the whole
+    answer, with the tier and model that answered after any fallback. Raises ``ProviderError``."""
     texts: list[str] = []
     done: StreamDone | None = None
-    async with aclosing(stream_with_fallback(decision, context=context)) as stream:
+    answered: Answered | None = None
+    async with aclosing(stream_with_fallback(call)) as stream:
         async for item in stream:
             if isinstance(item, TextDelta):
                 texts.append(item.text)
             elif isinstance(item, StreamDone):
                 done = item
-    answered_by = (decision.request or original).model  # the tier that answered, after any fallback
+            elif isinstance(item, Answered):
+                answered = item
+    by = answered.request if answered is not None else call.request  # the deployment that answered
     return Completion(
         text="".join(texts),
-        tier=decision.tier,
-        model=(done.model if done is not None else "") or answered_by,
+        tier=answered.tier if answered is not None else call.tier,
+        model=(done.model if done is not None else "") or by.model,
         ended=done is not None,
         finish_reason=done.finish_reason if done is not None else None,
     )

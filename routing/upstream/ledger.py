@@ -25,7 +25,7 @@ from django.utils import timezone
 from lib.tokens import count_tokens
 from routing.models import UpstreamCall
 from routing.providers.base import ChatRequest, StreamDone, Usage
-from routing.types import AnswerRecord, CallContext, Decision
+from routing.types import AnswerRecord, CallContext
 from routing.upstream import budgets, canary
 from routing.upstream.breaker import BREAKER_FAILURES
 from routing.upstream.tiers import CANDIDATE, CURRENT, deployment, tier_model
@@ -283,23 +283,37 @@ def lost_call_record(
 
 def answer_record(
     *,
-    decision: Decision,
     route: str,
     text: str,
     done: StreamDone | None,
     ttft_ms: float | None,
     latency_ms: float,
     cut: bool,
+    tier: str | None,
+    variant: str = CURRENT,
+    messages: list[dict[str, Any]] | None = None,
+    reason: str = "",
+    faq_entry_id: int | None = None,
+    cache_entry_id: int | None = None,
 ) -> AnswerRecord:
-    """How an answer ended, with its cost (remote) or the cost it saved (fixed answers), in USD."""
-    if route.startswith("llm.") and decision.tier:
+    """How an answer ended, with its cost (remote) or the cost it saved (fixed answers), in USD.
+
+    ``route``: the route it ended on; ``tier``/``variant``: for a remote answer (``llm.*``) the
+    deployment that answered, whose prices it is charged at; for a fixed answer the tier that
+    would have answered (None: ``simple``), whose prices give ``saved_usd``. ``done``: the
+    stream's end (its usage, tokens), None when it broke first: the prompt (``messages``, as
+    last sent) and ``text`` are then counted with the tier model's tokenizer (blocking) and the
+    record is marked estimated. ``ttft_ms``/``latency_ms``: as Chat measured them (ms).
+    ``faq_entry_id``/``cache_entry_id``/``reason``: copied onto the record (the cache entry only
+    for a ``cache.*`` route). Raises ``KeyError`` for an unknown tier."""
+    if route.startswith("llm.") and tier:
         usage = done.usage if done is not None else None
         if usage is None:
             # The stream broke before its usage chunk: the call may still be billed, so count
             # what was sent and received (tiktoken-compatible encodings) and mark it estimated.
-            model = tier_model(decision.tier, decision.variant)
+            model = tier_model(tier, variant)
             usage = Usage(
-                prompt_tokens=count_tokens(decision.request.messages if decision.request else [], model),
+                prompt_tokens=count_tokens(messages or [], model),
                 completion_tokens=count_tokens(text, model) if text else 0,
                 estimated=True,
             )
@@ -307,35 +321,35 @@ def answer_record(
         return AnswerRecord(
             text=text,
             route=route,
-            model=(done.model if done else "") or tier_model(decision.tier, decision.variant),
+            model=(done.model if done else "") or tier_model(tier, variant),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion,
             cost_usd=cost_usd(
-                tier=decision.tier,
+                tier=tier,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion,
                 cached_prompt_tokens=cached,
-                variant=decision.variant,
+                variant=variant,
             ),
-            variant=decision.variant,
+            variant=variant,
             ttft_ms=ttft_ms,
             latency_ms=latency_ms,
             estimated=usage.estimated,
             cut=cut,
-            reason=decision.reason,
+            reason=reason,
         )
     saved = Decimal(0)
     if route in ("faq", "action") or route.startswith("cache."):
         # Priced at the tier that would have answered (the FAQ and action routes have none: the simple tier).
-        saved = saved_usd(tier=decision.tier or "simple", answer_text=text)
+        saved = saved_usd(tier=tier or "simple", answer_text=text)
     return AnswerRecord(
         text=text,
         route=route,
         ttft_ms=ttft_ms,
         latency_ms=latency_ms,
         cut=cut,
-        faq_entry_id=decision.faq_entry_id,
+        faq_entry_id=faq_entry_id,
         saved_usd=saved,
-        cache_entry_id=decision.cache_entry_id if route.startswith("cache.") else None,
-        reason=decision.reason,
+        cache_entry_id=cache_entry_id if route.startswith("cache.") else None,
+        reason=reason,
     )

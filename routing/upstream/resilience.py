@@ -1,6 +1,6 @@
 """Keep a remote answer coming when an upstream fails before its first token, and log every call.
 
-``stream_with_fallback(decision)`` streams from the decision's tier; on a transient failure
+``stream_with_fallback(call)`` streams a :class:`~routing.upstream.call.Call` from its tier; on a transient failure
 before any text was sent (429, 5xx, timeout, dropped connection) it retries the same tier with
 exponential backoff and full jitter (honouring ``retry-after``), then falls back to the next
 configured tier (simple -> medium -> complex). Nothing is retried once text has reached the
@@ -24,7 +24,10 @@ once; the last tier waits when its gate opens before the first-token deadline):
    pays for it (the payer's, the tier's store-wide cap) or the tier is skipped (``budget``); the
    hold is settled with the attempt's ledger row.
 
-Fallbacks go only to tiers the budgets left open to the answer (``Decision.tiers_allowed``).
+Fallbacks go only to tiers the budgets left open to the answer (``Call.tiers_allowed``).
+
+The call is never changed: the deployment that answered comes back as a value in the stream, an
+``Answered`` item just before that attempt's first item (``routing.upstream.call``).
 
 A tier whose canary candidate takes this call (``routing.upstream.canary``: a shopper's answer in a
 conversation the canary's share gives it) is tried on its candidate first: one attempt, never
@@ -54,13 +57,14 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from routing.providers.base import ChatRequest, Provider, ProviderError, StreamDone, StreamItem, TextDelta
+from routing.providers.base import ChatRequest, Provider, ProviderError, StreamDone, TextDelta
 from routing.providers.ratelimits import UpstreamKey
-from routing.types import CallContext, Decision
+from routing.types import CallContext
 from routing.upstream import blocks as upstream_blocks
 from routing.upstream import breaker as breakers
 from routing.upstream import budgets, canary, ledger, throttle
 from routing.upstream.breaker import BREAKER_FAILURES
+from routing.upstream.call import Answered, Call, CallItem
 from routing.upstream.ledger import Attempt
 from routing.upstream.tiers import CANDIDATE, CURRENT, TIER_ORDER, deployment, provider_for, tier_configured, tier_model
 
@@ -149,25 +153,23 @@ async def _gate(
         return None
 
 
-async def stream_with_fallback(
-    decision: Decision, *, context: CallContext | None = None
-) -> AsyncGenerator[StreamItem, None]:
-    """Stream ``decision.request``; gates, retries and tier fallback as in the module docstring.
+async def stream_with_fallback(call: Call) -> AsyncGenerator[CallItem, None]:
+    """Stream ``call.request``; gates, retries and tier fallback as in the module docstring.
 
-    ``context`` (conversation, shopper message, gateway key) is stored on the ledger rows.
-    Updates ``decision.tier``, ``decision.variant``, ``decision.route``, ``decision.provider`` and
-    ``decision.request.model`` to the tier (and deployment) that answered (or was tried last).
-    Raises the last ``ProviderError`` when every attempt failed or was skipped, or a
+    Yields the provider's items (``TextDelta``, ``ToolCall``, one ``StreamDone``), each attempt
+    that answers preceded by an :class:`~routing.upstream.call.Answered` naming its tier,
+    deployment (``variant``), request (model set) and provider; ``call`` itself is never changed.
+    ``call.context`` (conversation, shopper message, gateway key, purpose) is stored on the ledger
+    rows. Raises the last ``ProviderError`` when every attempt failed or was skipped, or a
     ``ProviderError`` with ``after_first_token=True`` when a stream broke after sending text.
     """
-    assert decision.request is not None and decision.tier is not None
-    ctx = context or CallContext()
+    ctx = call.context
     retries = settings.KEFU_LLM_RETRIES
     deadline = time.monotonic() + settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S
     last: ProviderError | None = None
     writing: asyncio.Task[None] | None = None  # the previous ledger row's write (None: none, or lost)
-    opened = (decision.tier, decision.variant)  # what decision.provider was made for
-    steps = await deployments(fallback_tiers(decision.tier, decision.tiers_allowed), ctx, answered_by=opened)
+    opened = (call.tier, call.variant)  # what call.provider was made for
+    steps = await deployments(fallback_tiers(call.tier, call.tiers_allowed), ctx, answered_by=opened)
     # What a permanent failure ruled out for this message: (base URL, API key) after credentials
     # were refused, (base URL, API key, model) after the request itself was.
     refused: set[tuple[str, ...]] = set()
@@ -176,11 +178,9 @@ async def stream_with_fallback(
         if stop:
             break
         has_next = index < len(steps) - 1
-        base_request = replace(decision.request, model=tier_model(tier, variant))
+        base_request = replace(call.request, model=tier_model(tier, variant))
         provider = (
-            decision.provider
-            if (tier, variant) == opened and decision.provider is not None
-            else provider_for(tier, variant)
+            call.provider if (tier, variant) == opened and call.provider is not None else provider_for(tier, variant)
         )
         key = upstream_key(tier, provider, base_request.model, variant)
         # A candidate gets one attempt: its tier's own model follows at once.
@@ -191,10 +191,6 @@ async def stream_with_fallback(
             # first-token timeout when shorter), so an upstream that hangs leaves time to the next.
             left_s = deadline - time.monotonic()
             request = replace(base_request, first_token_within_s=left_s / (len(steps) - index))
-            decision.tier, decision.route, decision.request = tier, f"llm.{tier}", request
-            # The provider goes with them: a later round of the same answer (a store tool's
-            # result) starts where this one answered, on that deployment's own upstream.
-            decision.variant, decision.provider = variant, provider
 
             started_at = timezone.now()
             hold: budgets.Hold | None = None
@@ -268,6 +264,7 @@ async def stream_with_fallback(
             ttft_ms: float | None = None
             done: StreamDone | None = None
             verdict = False
+            answered = False
             try:
                 async for item in provider.stream(request):
                     if isinstance(item, TextDelta) and item.text:
@@ -276,6 +273,12 @@ async def stream_with_fallback(
                         texts.append(item.text)
                     elif isinstance(item, StreamDone):
                         done = item
+                    if not answered:
+                        # Said before the attempt's first item: a stream cut after it still names
+                        # its deployment, and a store tool's next round starts there (the provider
+                        # goes with it, that deployment's own upstream).
+                        answered = True
+                        yield Answered(tier=tier, variant=variant, request=request, provider=provider)
                     yield item
             except ProviderError as e:
                 latency_ms = (time.perf_counter() - started) * 1000

@@ -7,17 +7,18 @@ call the upstream again: it subscribes to the same stream through a fan-out buff
 deltas produced so far at once and then the rest as they come, and its own answering loop stores
 its own bot row and sends its own frames as usual.
 
-Who takes part: only questions the answer cache could key on — a non-empty cache scope on the
-decision and :func:`cache_layer.policy.may_cache_question` ok (no personal data, not a follow-up;
-a follow-up takes part through its standalone rewrite, ``Decision.cache_question``). A shared
-answer is exactly what the cache would serve such a question later. The leader (the first
-question) must also be ``Decision.shareable`` (routing.decide.strategy): a prompt whose earlier turns or
+Who takes part: only questions the answer cache could key on — a non-empty cache scope and
+:func:`cache_layer.policy.may_cache_question` ok (no personal data, not a follow-up; a follow-up
+takes part through its standalone rewrite, ``Decision.cache_question``). A shared answer is
+exactly what the cache would serve such a question later. The leader (the first question) must
+also be shareable (``Decision.shareable``, routing.decide.strategy): a prompt whose earlier turns or
 summary hold personal data or an instruction to the model, a rewritten follow-up or a flagged
 question streams on its own and leads no flight, so no shopper ever receives an answer written
 from another shopper's details.
 
 Cost: only the leader's upstream call exists, so only it has cost-ledger rows
-(``routing.upstream.resilience``). A follower's route stays ``llm.<tier>`` (the tier that answered); its
+(``routing.upstream.resilience``). A follower's route is ``llm.<tier>`` of the tier that answered (the
+leader's ``Answered`` item, handed to it with its own request and the leader's model); its
 message records 0 tokens and 0 cost, and as ``saved_usd`` the cost of the shared call
 (``chat.answering``).
 
@@ -46,8 +47,8 @@ from django.conf import settings
 from cache_layer.normalise import exact_key_text
 from cache_layer.policy import may_cache_question
 from lib.logredact import shopper_text
-from routing.providers.base import ProviderError, StreamItem
-from routing.types import CallContext, Decision
+from routing.providers.base import ProviderError
+from routing.upstream.call import Answered, Call, CallItem
 from routing.upstream.resilience import stream_with_fallback
 
 log = logging.getLogger(__name__)
@@ -56,19 +57,16 @@ log = logging.getLogger(__name__)
 FlightKey = tuple[str, str, str]
 
 
-def flight_key(decision: Decision, question: str) -> FlightKey | None:
-    """The key identical questions share, or None when ``decision`` may not take part (single
-    flight off, no cache scope, not a remote decision, a canary candidate on trial, or
-    ``question`` is not cacheable)."""
-    if not settings.KEFU_SINGLE_FLIGHT:
+def flight_key(call: Call, question: str, scope: str) -> FlightKey | None:
+    """The key identical questions share, or None when ``call`` may not take part (single flight
+    off, no cache ``scope``, a canary candidate on trial, or ``question`` is not cacheable)."""
+    if not settings.KEFU_SINGLE_FLIGHT or not scope:
         return None
-    if not decision.cache_scope or decision.tier is None or decision.request is None:
-        return None
-    if decision.trial:
+    if call.trial:
         return None  # a canary candidate on trial answers its own conversations only (routing.upstream.canary)
     ok, _reason = may_cache_question(question)
     key = exact_key_text(question) if ok else ""
-    return (decision.cache_scope, decision.tier, key) if key else None
+    return (scope, call.tier, key) if key else None
 
 
 class Flight:
@@ -80,17 +78,17 @@ class Flight:
     buffer, so a slow reader never holds up the others.
     """
 
-    def __init__(self, key: FlightKey, decision: Decision, context: CallContext) -> None:
+    def __init__(self, key: FlightKey, call: Call) -> None:
         self.key = key
-        self.decision = decision  # the leader's; stream_with_fallback moves its tier/route along
-        self.items: list[StreamItem] = []
+        self.call = call  # the leader's
+        self.items: list[CallItem] = []
         self.error: BaseException | None = None
         self.finished = False
         self.subscribers = 0
         self.followers = 0
         self.loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
-        self.task = self.loop.create_task(self._pump(context))
+        self.task = self.loop.create_task(self._pump())
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -101,9 +99,9 @@ class Flight:
         while index >= len(self.items) and not self.finished:
             await self._changed.wait()
 
-    async def _pump(self, context: CallContext) -> None:
+    async def _pump(self) -> None:
         try:
-            async for item in stream_with_fallback(self.decision, context=context):
+            async for item in stream_with_fallback(self.call):
                 self.items.append(item)
                 self._notify()
         except asyncio.CancelledError:  # every subscriber left: the call was abandoned
@@ -144,12 +142,12 @@ def _copy_error(error: BaseException) -> BaseException:
 class Subscription:
     """One reader of a :class:`Flight`: an async iterator of the stream's items from the first,
     raising the stream's error (a copy) at its end. ``follower``: True when this question joined
-    another's call (no upstream call of its own). A follower's ``decision`` follows the leader's
-    tier, route and model as the stream moves through the tiers."""
+    another's call (no upstream call of its own). A follower reads the leader's ``Answered``
+    items with its own request, the leader's model in it (its ``call`` is never changed)."""
 
-    def __init__(self, flight: Flight, decision: Decision, *, follower: bool) -> None:
+    def __init__(self, flight: Flight, call: Call, *, follower: bool) -> None:
         self.flight = flight
-        self.decision = decision
+        self.call = call
         self.follower = follower
         self.index = 0
         self.closed = False
@@ -160,25 +158,21 @@ class Subscription:
     def __aiter__(self) -> Subscription:
         return self
 
-    async def __anext__(self) -> StreamItem:
+    async def __anext__(self) -> CallItem:
         if self.closed:
             raise StopAsyncIteration
         flight = self.flight
         await flight.wait(self.index)
-        self._follow()
         if self.index < len(flight.items):
             item = flight.items[self.index]
             self.index += 1
+            if self.follower and isinstance(item, Answered):
+                # The leader's tier, deployment and model; the prompt stays this question's own.
+                return replace(item, request=replace(self.call.request, model=item.request.model))
             return item
         if flight.error is not None:
             raise _copy_error(flight.error)
         raise StopAsyncIteration
-
-    def _follow(self) -> None:
-        lead, own = self.flight.decision, self.decision
-        if self.follower and lead.request is not None and own.request is not None:
-            own.tier, own.route, own.variant = lead.tier, lead.route, lead.variant
-            own.request = replace(own.request, model=lead.request.model)
 
     async def aclose(self) -> None:
         """Stop reading. The last reader to leave before the end abandons the upstream call (and
@@ -186,7 +180,6 @@ class Subscription:
         if self.closed:
             return
         self.closed = True
-        self._follow()
         flight = self.flight
         flight.subscribers -= 1
         if flight.subscribers <= 0 and not flight.finished:
@@ -195,26 +188,29 @@ class Subscription:
             await asyncio.wait([flight.task])
 
 
-def open_stream(decision: Decision, *, question: str, context: CallContext) -> AsyncIterator[StreamItem]:
-    """The stream answering ``decision``: a subscription to the identical question already in
-    flight in this process, a new flight that later identical questions may join, or (not
-    eligible, see the module docstring) ``stream_with_fallback`` itself. ``question``: the cache
-    key question (``decision.cache_question`` or the message text); ``context``: the ledger
-    context, used only when this call goes upstream. Must be called on the event loop."""
-    key = flight_key(decision, question)
+def open_stream(call: Call, *, question: str, scope: str, shareable: bool) -> AsyncIterator[CallItem]:
+    """The stream answering ``call`` (items as ``stream_with_fallback`` yields them): a
+    subscription to the identical question already in flight in this process, a new flight that
+    later identical questions may join, or (not eligible, see the module docstring)
+    ``stream_with_fallback`` itself. ``question``: the cache key question (the standalone rewrite
+    of a follow-up, or the message text); ``scope``: the answer cache's scope ("" takes no part);
+    ``shareable``: the answer may reach other shoppers (else it may join a flight, never lead
+    one). ``call.context`` is used only when this call goes upstream. Must be called on the
+    event loop."""
+    key = flight_key(call, question, scope)
     if key is None:
-        return stream_with_fallback(decision, context=context)
+        return stream_with_fallback(call)
     flight = _flights.get(key)
     if flight is not None and flight.loop is asyncio.get_running_loop() and not flight.finished:
         log.debug("single flight: joined %s (%d readers)", shopper_text(key[2]), flight.subscribers + 1)
-        return Subscription(flight, decision, follower=True)
-    if not decision.shareable:
+        return Subscription(flight, call, follower=True)
+    if not shareable:
         # This conversation's earlier turns made the answer this shopper's only; it may still
         # join a flight of the same question asked without them (a cache hit's twin).
-        return stream_with_fallback(decision, context=context)
-    flight = Flight(key, decision, context)
+        return stream_with_fallback(call)
+    flight = Flight(key, call)
     _flights[key] = flight
-    return Subscription(flight, decision, follower=False)
+    return Subscription(flight, call, follower=False)
 
 
 def is_follower(stream: object) -> bool:

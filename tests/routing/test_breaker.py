@@ -24,9 +24,9 @@ from routing.providers.ratelimits import (
     parse_duration_s,
     parse_rate_limit_headers,
 )
-from routing.types import Decision
 from routing.upstream import breaker, ledger, throttle
 from routing.upstream.breaker import CircuitBreaker
+from routing.upstream.call import Answered, Call
 from routing.upstream.resilience import stream_with_fallback
 from routing.upstream.tiers import provider_for
 from tests.fake_openai import Behaviour, FakeOpenAI
@@ -220,28 +220,32 @@ async def _close_clients() -> AsyncIterator[None]:
     await close_clients()
 
 
-def decision() -> Decision:
-    return Decision(
-        route="llm.simple",
-        locale="en",
+def call() -> Call:
+    return Call(
         tier="simple",
         provider=provider_for("simple"),
         request=ChatRequest(messages=list(MESSAGES), model="fake-simple", max_tokens=100),
     )
 
 
-async def answer() -> tuple[str, Decision, ProviderError | None]:
-    d = decision()
+async def answer() -> tuple[str, Answered | None, ProviderError | None]:
+    """Stream a simple-tier call to its end: (text, the last ``Answered`` of the stream, which
+    names the route it ended on, or None, the error or None)."""
+    c = call()
     texts: list[str] = []
+    answered: Answered | None = None
     error: ProviderError | None = None
     try:
-        async for item in stream_with_fallback(d):
+        async for item in stream_with_fallback(c):
             if isinstance(item, TextDelta):
                 texts.append(item.text)
+            elif isinstance(item, Answered):
+                answered = item
     except ProviderError as e:
         error = e
     await ledger.flush()
-    return "".join(texts), d, error
+    assert c.route == "llm.simple"  # the plan is never changed
+    return "".join(texts), answered, error
 
 
 async def ledger_rows() -> list[tuple[str, str, str]]:
@@ -368,7 +372,8 @@ async def test_tokens_per_minute_limit_falls_back(limited_upstream, settings):
 async def test_concurrency_limit_sends_the_next_answer_to_the_next_tier(limited_upstream, settings):
     settings.KEFU_TIERS = {**settings.KEFU_TIERS, "simple": replace(settings.KEFU_TIERS["simple"], max_concurrency=1)}
     limited_upstream.push(Behaviour(text="slow simple answer", token_ms=200), Behaviour(text="medium"))
-    slow = stream_with_fallback(decision())
+    slow = stream_with_fallback(call())
+    assert isinstance(await anext(slow), Answered)
     first = await anext(slow)  # the simple tier's one slot is now taken
     assert isinstance(first, TextDelta) and throttle.in_flight("simple") == 1
 

@@ -16,7 +16,7 @@ from routing.upstream import blocks as upstream_blocks
 from routing.upstream.resilience import upstream_key
 from routing.upstream.tiers import provider_for
 from tests.fake_openai import Behaviour
-from tests.routing.test_ledger import decision, outcomes, rows, run
+from tests.routing.test_ledger import call, outcomes, rows, run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -36,7 +36,7 @@ async def test_an_upstream_that_never_sends_headers_costs_one_budget_not_one_per
     settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = 1.5
     remote.default = Behaviour(hang_before_headers_ms=20_000)
     started = time.monotonic()
-    text, done, error = await run(decision())
+    text, done, error = await run(call())
     elapsed = time.monotonic() - started
     assert text == "" and done is None and error is not None and error.code == "timeout"
     assert models_asked(remote) == ["fake-simple", "fake-medium", "fake-complex"]
@@ -51,14 +51,14 @@ async def test_an_upstream_that_never_sends_headers_costs_one_budget_not_one_per
 async def test_a_long_retry_after_skips_the_tier_and_keeps_it_skipped(remote, settings):
     settings.KEFU_LLM_RETRY_CAP_S = 2.0
     remote.push(Behaviour(status=429, retry_after=47), Behaviour(text="From medium."), Behaviour(text="Again medium."))
-    text, _done, error = await run(decision())
+    text, _done, error = await run(call())
     assert error is None and text == "From medium."
     # not waited for (capped to 2 s and retried before): the next tier answered at once
     assert models_asked(remote) == ["fake-simple", "fake-medium"]
     key = upstream_key("simple", provider_for("simple"), "fake-simple")
     assert 40 < await upstream_blocks.blocked_for_s(key) <= 47
 
-    text, _done, error = await run(decision())
+    text, _done, error = await run(call())
     assert error is None and text == "Again medium."
     assert models_asked(remote) == ["fake-simple", "fake-medium", "fake-medium"]  # simple not asked again
     assert outcomes(await rows())[-2:] == [("simple", "fell_back", "upstream_limit"), ("medium", "ok", "")]
@@ -69,7 +69,7 @@ async def test_a_retry_after_block_is_shared_with_other_processes(remote, settin
     settings.REDIS_URL = private_redis.url
     upstream_blocks.forget()
     remote.push(Behaviour(status=429, retry_after=47), Behaviour(text="From medium."))
-    await run(decision())
+    await run(call())
     key = upstream_key("simple", provider_for("simple"), "fake-simple")
     ratelimits.book.clear()  # as another process: nothing local...
     upstream_blocks.forget()
@@ -81,7 +81,7 @@ async def test_a_retry_after_block_is_shared_with_other_processes(remote, settin
 async def test_a_short_retry_after_is_still_waited_for_on_the_same_tier(remote, settings):
     settings.KEFU_LLM_RETRY_CAP_S = 2.0
     remote.push(Behaviour(status=429, retry_after=0.1), Behaviour(text="Simple again."))
-    text, _done, error = await run(decision())
+    text, _done, error = await run(call())
     assert error is None and text == "Simple again."
     assert models_asked(remote) == ["fake-simple", "fake-simple"]
     key = upstream_key("simple", provider_for("simple"), "fake-simple")
@@ -100,7 +100,7 @@ async def test_an_invalid_key_inside_the_stream_is_permanent_and_not_sent_to_the
             },
         )
     )
-    text, _done, error = await run(decision())
+    text, _done, error = await run(call())
     assert text == "" and error is not None and error.code == "auth" and error.permanent
     assert models_asked(remote) == ["fake-simple"]
     assert outcomes(await rows()) == [
@@ -123,7 +123,7 @@ async def test_context_length_exceeded_inside_the_stream_is_not_retried_on_that_
         ),
         Behaviour(text="A longer context answered."),
     )
-    text, _done, error = await run(decision())
+    text, _done, error = await run(call())
     assert error is None and text == "A longer context answered."
     assert models_asked(remote) == ["fake-simple", "fake-medium"]
     assert outcomes(await rows()) == [("simple", "fell_back", "bad_request"), ("medium", "ok", "")]

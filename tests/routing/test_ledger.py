@@ -20,8 +20,8 @@ from lib.tokens import count_tokens
 from routing.models import UpstreamCall
 from routing.providers.base import ChatRequest, ProviderError, StreamDone, TextDelta
 from routing.providers.openai_remote import close_clients
-from routing.types import Decision
 from routing.upstream import ledger
+from routing.upstream.call import Answered, Call
 from routing.upstream.ledger import CallContext
 from routing.upstream.resilience import stream_with_fallback
 from routing.upstream.tiers import provider_for
@@ -47,27 +47,29 @@ async def _close_clients() -> AsyncIterator[None]:
     await close_clients()
 
 
-def decision(tier: str = "simple") -> Decision:
-    return Decision(
-        route=f"llm.{tier}",
-        locale="en",
+def call(tier: str = "simple", context: CallContext | None = None) -> Call:
+    return Call(
         tier=tier,
         provider=provider_for(tier),
         request=ChatRequest(messages=list(MESSAGES), model=f"fake-{tier}", max_tokens=200),
+        context=context or CallContext(),
     )
 
 
-async def run(d: Decision, context: CallContext | None = None) -> tuple[str, StreamDone | None, ProviderError | None]:
-    """Stream ``d`` to its end: (text, the StreamDone or None, the error or None); then wait for
-    the ledger rows to be written."""
+async def run(c: Call, answered: list[Answered] | None = None) -> tuple[str, StreamDone | None, ProviderError | None]:
+    """Stream ``c`` to its end: (text, the StreamDone or None, the error or None); then wait for
+    the ledger rows to be written. The stream's ``Answered`` items are appended to ``answered``."""
     texts: list[str] = []
     done: StreamDone | None = None
     error: ProviderError | None = None
     try:
-        async for item in stream_with_fallback(d, context=context):
+        async for item in stream_with_fallback(c):
             if isinstance(item, TextDelta):
                 texts.append(item.text)
-            else:
+            elif isinstance(item, Answered):
+                if answered is not None:
+                    answered.append(item)
+            elif isinstance(item, StreamDone):
                 done = item
     except ProviderError as e:
         error = e
@@ -113,7 +115,7 @@ async def test_answer_with_usage_is_one_ok_row_with_its_cost_and_context(remote)
 
     conversation, message = await database_sync_to_async(make_conversation)()
 
-    text, done, error = await run(decision(), CallContext(conversation_id=conversation.id, message_id=message.pk))
+    text, done, error = await run(call(context=CallContext(conversation_id=conversation.id, message_id=message.pk)))
 
     assert error is None and text == "Yes, it has an inline dimmer." and done is not None
     [row] = await rows()
@@ -132,7 +134,7 @@ async def test_429_with_retry_after_then_ok_is_a_retried_row_and_an_ok_row(remot
         Behaviour(status=429, retry_after=0.2), Behaviour(text="Yes, it dims.", prompt_tokens=50, completion_tokens=5)
     )
 
-    text, _, error = await run(decision())
+    text, _, error = await run(call())
 
     assert error is None and text == "Yes, it dims."
     found = await rows()
@@ -153,11 +155,13 @@ async def test_500_on_simple_then_medium_answers(remote):
         Behaviour(status=500),
         Behaviour(text="It has a dimmer.", prompt_tokens=1000, completion_tokens=200),
     )
-    d = decision()
+    c = call()
+    answered: list[Answered] = []
 
-    text, done, error = await run(d)
+    text, done, error = await run(c, answered)
 
-    assert error is None and text == "It has a dimmer." and d.route == "llm.medium"
+    assert error is None and text == "It has a dimmer." and answered[-1].route == "llm.medium"
+    assert c.route == "llm.simple"  # the plan is never changed: the route comes back as a value
     found = await rows()
     assert outcomes(found) == [("simple", "retried", "server"), ("simple", "fell_back", "server"), ("medium", "ok", "")]
     assert [r["http_status"] for r in found] == [500, 500, None]
@@ -171,7 +175,7 @@ async def test_slow_first_token_times_out_and_falls_back_with_estimated_prompt(r
         Behaviour(text="too late", ttft_ms=5000), Behaviour(text="On time.", prompt_tokens=40, completion_tokens=3)
     )
 
-    text, _, error = await run(decision())
+    text, _, error = await run(call())
 
     assert error is None and text == "On time."
     found = await rows()
@@ -190,7 +194,7 @@ async def test_connection_dropped_before_first_token_is_retried(remote):
         Behaviour(drop_before_first_token=True), Behaviour(text="Second try.", prompt_tokens=10, completion_tokens=2)
     )
 
-    text, _, error = await run(decision())
+    text, _, error = await run(call())
 
     assert error is None and text == "Second try."
     found = await rows()
@@ -202,7 +206,7 @@ async def test_connection_dropped_after_first_token_is_a_failed_row_with_the_tex
     answer = "The lamp has a dimmer and a fabric shade in three colours"
     remote.push(Behaviour(text=answer, drop_after_chunks=3))
 
-    text, done, error = await run(decision())
+    text, done, error = await run(call())
 
     assert text == "The lamp has " and done is None
     assert error is not None and error.after_first_token and error.code == "connection"
@@ -223,7 +227,7 @@ async def test_malformed_chunk_before_first_token_is_retried(remote):
         Behaviour(text="Fine now.", prompt_tokens=8, completion_tokens=2),
     )
 
-    text, _, error = await run(decision())
+    text, _, error = await run(call())
 
     assert error is None and text == "Fine now."
     assert outcomes(await rows()) == [("simple", "retried", "malformed"), ("simple", "ok", "")]
@@ -232,7 +236,7 @@ async def test_malformed_chunk_before_first_token_is_retried(remote):
 async def test_malformed_chunk_after_first_token_is_a_failed_row(remote):
     remote.push(Behaviour(text="one two three four", malformed_after_chunks=2))
 
-    text, _, error = await run(decision())
+    text, _, error = await run(call())
 
     assert text == "one two " and error is not None and error.after_first_token
     [row] = await rows()
@@ -242,7 +246,7 @@ async def test_malformed_chunk_after_first_token_is_a_failed_row(remote):
 async def test_stream_without_usage_is_an_ok_row_with_counted_tokens(remote):
     remote.push(Behaviour(text="Yes, it dims.", include_usage=False))
 
-    text, done, _ = await run(decision())
+    text, done, _ = await run(call())
 
     assert done is not None and done.usage.estimated
     [row] = await rows()
@@ -254,7 +258,7 @@ async def test_stream_without_usage_is_an_ok_row_with_counted_tokens(remote):
 async def test_permanent_error_falls_back_without_retry(remote):
     remote.push(Behaviour(status=400), Behaviour(text="From the medium tier."))
 
-    text, _, error = await run(decision())
+    text, _, error = await run(call())
 
     assert error is None and text == "From the medium tier."
     assert outcomes(await rows()) == [("simple", "fell_back", "bad_request"), ("medium", "ok", "")]
@@ -263,7 +267,7 @@ async def test_permanent_error_falls_back_without_retry(remote):
 async def test_every_tier_failing_ends_with_a_failed_row(remote):
     remote.push(*[Behaviour(status=503)] * 6)
 
-    text, done, error = await run(decision())
+    text, done, error = await run(call())
 
     assert text == "" and done is None and error is not None and error.status == 503
     assert outcomes(await rows()) == [
@@ -278,7 +282,9 @@ async def test_every_tier_failing_ends_with_a_failed_row(remote):
 
 async def test_a_reader_that_stops_mid_stream_leaves_an_abandoned_row(remote):
     remote.push(Behaviour(text="one two three four five six", token_ms=50))
-    stream = stream_with_fallback(decision())
+    stream = stream_with_fallback(call())
+    answered = await anext(stream)
+    assert isinstance(answered, Answered) and answered.route == "llm.simple"
     first = await anext(stream)
     assert isinstance(first, TextDelta)
     await stream.aclose()  # e.g. the gateway's client disconnected

@@ -9,6 +9,7 @@ workers racing one verified shopper's budget are in tests/chat/test_budgets_acro
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from dataclasses import replace
@@ -32,7 +33,7 @@ from routing.upstream import budgets
 from routing.upstream.budgets import BudgetRefused, Scope, Standing
 from routing.upstream.ledger import CallContext, max_cost_usd
 from tests.fake_openai import Behaviour
-from tests.routing.test_ledger import decision, run
+from tests.routing.test_ledger import call, run
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -221,7 +222,7 @@ def test_store_tier_caps_send_questions_down_then_up_then_nowhere() -> None:
 async def test_a_remote_call_is_held_and_settled_at_its_ledger_cost(remote: Any) -> None:
     remote.push(Behaviour(text="Yes.", prompt_tokens=1000, completion_tokens=200))
     conv = uuid.uuid4()
-    text, done, error = await run(decision(), context=CallContext(payer=Payer(conversation_id=conv)))
+    text, done, error = await run(call(context=CallContext(payer=Payer(conversation_id=conv))))
     assert error is None and text == "Yes."
     row = await database_sync_to_async(counter)("conversation", str(conv))
     # deepseek-chat list prices: 1000 x $0.28/M + 200 x $0.42/M = $0.000364, the ledger's figure
@@ -237,7 +238,7 @@ async def test_a_tier_whose_cap_is_spent_is_skipped_and_the_ledger_says_budget(r
         t: replace(cfg, day_cap_usd=0.01 if t == "simple" else 0.0) for t, cfg in settings.KEFU_TIERS.items()
     }
     await database_sync_to_async(spend)("tier", "simple", "0.01", limit="0.01")
-    text, _done, error = await run(decision("simple"))
+    text, _done, error = await run(call("simple"))
     assert error is None and text.startswith("Echo:")
     assert [r["model"] for r in remote.requests] == ["fake-medium"]
     rows = [r async for r in UpstreamCall.objects.order_by("id").values("tier", "outcome", "error_code")]
@@ -250,9 +251,8 @@ async def test_a_tier_whose_cap_is_spent_is_skipped_and_the_ledger_says_budget(r
 @pytest.mark.asyncio
 async def test_no_fallback_into_a_tier_the_budget_closed(remote: Any) -> None:
     remote.push(*[Behaviour(status=500)] * 4)  # simple and medium, each tried twice
-    d = decision("simple")
-    d.tiers_allowed = ("simple", "medium")
-    _text, _done, error = await run(d)
+    c = dataclasses.replace(call("simple"), tiers_allowed=("simple", "medium"))
+    _text, _done, error = await run(c)
     assert error is not None and error.code == "server"
     assert [r["model"] for r in remote.requests] == ["fake-simple"] * 2 + ["fake-medium"] * 2
 

@@ -1,0 +1,132 @@
+"""The router's decision for one question, a frozen value owned by ``decide/``.
+
+``routing.decide.strategy.decide`` makes it once; nothing changes it afterwards. What happens
+next comes back as new values: the canary's assignment is a new upstream :class:`Call`
+(``routing.upstream.canary.assign``) that :meth:`Decision.sent_to` folds into a new decision,
+and the deployment that answered is an :class:`Answered` item of the stream that
+:meth:`Decision.answered_by` folds into the decision an answer is recorded with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from routing.types import CallContext
+from routing.upstream.call import Answered, Call
+from routing.upstream.tiers import CANDIDATE, CURRENT
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from routing.prompt.privacy import Vault
+    from routing.providers.base import ChatRequest, Provider
+
+__all__ = ["Decision"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The router's choice for one question (inside the router; the door shows it as an
+    ``Answer``). Frozen: assigning a field raises ``dataclasses.FrozenInstanceError``; derive a
+    new one with :func:`dataclasses.replace` or the methods below.
+
+    ``route``: protocol 1's route (``faq``, ``action``, ``cache.exact``, ``llm.simple``...);
+    ``locale``: the answer's language; ``text``: the whole answer of a fixed route (faq, action,
+    decline, handoff, cache.*); ``tier`` + ``provider`` + ``request``: a remote model's call (a
+    cache hit keeps ``tier``: the tier its saving is priced at); ``reason``: the router's own
+    words; ``queue_for_agent``: after the answer, put the conversation in the agents' queue."""
+
+    route: str
+    locale: str
+    text: str | None = None
+    tier: str | None = None
+    provider: Provider | None = None
+    request: ChatRequest | None = None
+    faq_entry_id: int | None = None
+    reason: str = ""
+    queue_for_agent: bool = False
+    cache_scope: str = ""  # where a remote answer may be stored (answer cache)
+    cache_vector: np.ndarray | None = None
+    # The question the answer cache keys on: the message itself, or for a follow-up ("and the
+    # blue one?") its standalone rewrite (routing.prompt.rewrite); "" = the message's text.
+    cache_question: str = ""
+    cache_entry_id: int | None = None  # the cached answer served (cache.* routes)
+    grounded_on: tuple[int, ...] = field(default_factory=tuple)  # FAQ entry ids the prompt quotes
+    # Whether a remote answer may reach other shoppers (stored in the answer cache, or streamed to
+    # the identical questions in flight): not for a rewritten follow-up (its history made it), nor
+    # when the earlier turns or the summary held personal data ("Thanks, Alice!") or a turn that
+    # tried to instruct the model (routing.decide.strategy._history_clean), nor a flagged question.
+    shareable: bool = True
+    # The placeholders of personal data masked in ``request`` (routing.prompt.privacy.Vault): the
+    # streamed answer is unmasked with it. None: nothing was masked.
+    vault: Vault | None = None
+    # The tiers the spend budgets leave open to this answer, fallbacks included
+    # (``routing.upstream.budgets.Standing.tiers_open``); None: every configured tier.
+    tiers_allowed: tuple[str, ...] | None = None
+    # Which deployment of ``tier`` the request goes to: "current", the tier's own model, or
+    # "candidate", its canary candidate (routing.upstream.canary).
+    variant: str = CURRENT
+    # The candidate is on trial (a canary, not promoted): its answer is neither cached nor shared
+    # with identical questions in flight (``shareable`` is off too).
+    trial: bool = False
+
+    @property
+    def remote(self) -> bool:
+        """Whether a remote model answers (``request`` and ``provider`` set)."""
+        return self.request is not None and self.provider is not None
+
+    def call(self, context: CallContext) -> Call:
+        """The upstream call this remote decision makes, for ``context`` (who it is for, stored
+        on its ledger rows). Raises ``ValueError`` when the decision is not a remote one."""
+        if self.request is None or self.tier is None:
+            raise ValueError(f"a {self.route} decision makes no upstream call")
+        return Call(
+            tier=self.tier,
+            request=self.request,
+            provider=self.provider,
+            variant=self.variant,
+            tiers_allowed=self.tiers_allowed,
+            trial=self.trial,
+            context=context,
+        )
+
+    def sent_to(self, call: Call) -> Decision:
+        """This decision sent where ``call`` goes (a call the canary assigned,
+        ``routing.upstream.canary.assign``): a new decision with its deployment, provider and
+        request; a candidate is named in ``reason``, and one on trial makes the answer unshared.
+        ``self`` itself when ``call`` goes where the decision did."""
+        if (call.variant, call.provider, call.request, call.trial) == (
+            self.variant,
+            self.provider,
+            self.request,
+            self.trial,
+        ):
+            return self
+        reason = f"{self.reason}, canary candidate {call.request.model}" if call.variant == CANDIDATE else self.reason
+        return replace(
+            self,
+            variant=call.variant,
+            provider=call.provider,
+            request=call.request,
+            reason=reason,
+            trial=call.trial,
+            shareable=self.shareable and not call.trial,
+        )
+
+    def answered_by(self, answered: Answered | None) -> Decision:
+        """The decision as it ended, for records: the tier, route (``llm.<tier>``), deployment,
+        provider and request of the attempt that ``answered`` (a stream's
+        :class:`~routing.upstream.call.Answered`), unshared when it says so. ``self`` when
+        ``answered`` is None (no remote attempt answered)."""
+        if answered is None:
+            return self
+        return replace(
+            self,
+            tier=answered.tier,
+            route=answered.route,
+            variant=answered.variant,
+            provider=answered.provider,
+            request=answered.request,
+            shareable=self.shareable and answered.shareable,
+        )

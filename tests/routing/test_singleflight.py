@@ -165,6 +165,7 @@ async def test_a_failure_before_the_first_token_hands_each_shopper_over(make_cli
         for t, cfg in settings.KEFU_TIERS.items()
     }
     settings.KEFU_LLM_RETRIES = 0
+    settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = 2.0
     remote.push(Behaviour(text=ANSWER, ttft_ms=8000))
     shopper = await make_client()
     await shopper.hello()

@@ -119,8 +119,8 @@ async def test_a_fallback_comes_back_as_a_value_and_leaves_the_call_as_planned(r
 
 
 async def test_a_canary_assignment_is_a_new_call_and_the_old_one_is_unchanged(remote: Any, settings: Any) -> None:
-    tiers = {tier: dict(cfg) for tier, cfg in settings.KEFU_TIERS.items()}
-    tiers["simple"]["canary"] = {"model": "fake-candidate", "share": 1.0}
+    tiers = dict(settings.KEFU_TIERS)
+    tiers["simple"] = tiers["simple"].with_canary(model="fake-candidate", share=1.0)
     settings.KEFU_TIERS = tiers
     call = simple_call(context=CallContext(conversation_id=CONVERSATION))
 

@@ -143,11 +143,18 @@ class ShopperConsumer(FrameSocket):
                     conversation_id=conv_id, token=content.get("token")
                 )
             except errors.AccessDenied:
-                await self.close(code=CLOSE_FORBIDDEN)
-                return
-            token = content["token"]
-            resumed = True
+                if who is None:
+                    await self.close(code=CLOSE_FORBIDDEN)
+                    return
+                # A signed-in customer: what this browser held no longer opens (e.g. an anonymous
+                # token of a conversation adopted before issue 29); she gets her own conversation.
+                conv = None
+            else:
+                token = content["token"]
+                resumed = True
         if who is not None:
+            # Her own conversation, never the anonymous one this browser may hold (issue 29:
+            # services.conversation_identify; docs/security.md, "Shared computers").
             resumed_before = conv
             conv, token, resumed = await database_sync_to_async(services.conversation_identify)(
                 identity=who, locale=locale, conversation=conv, address_key=identity.address_key(self.address)

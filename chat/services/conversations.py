@@ -48,17 +48,27 @@ def conversation_locale_set(*, conversation_id: uuid.UUID, locale: str) -> None:
 
 
 def conversation_authenticate(*, conversation_id: uuid.UUID, token: object) -> Conversation:
-    """The conversation whose id and token match: the token it was started with, or, for a
-    verified customer's conversation, the customer token (``chat.identity.customer_token``).
-    Raises ``AccessDenied`` otherwise (constant-time compares)."""
+    """The conversation whose id and token match. Raises ``AccessDenied`` otherwise
+    (constant-time compares).
+
+    Which token opens it depends on whose it is, never on how it began:
+
+    * an anonymous conversation: the random token it was started with (stored hashed);
+    * a verified customer's conversation: only the customer token (``chat.identity.customer_token``),
+      which kefu hands out only after her signed identity was checked. The token it was started
+      with never opens it: a token issued to an anonymous shopper must not gain a customer's
+      rights (issue 29: a conversation adopted on a shared computer kept answering the anonymous
+      token, which then read her messages and cancelled her order; docs/security.md)."""
     if not isinstance(token, str) or not token:
         raise AccessDenied("missing token")
     conv = Conversation.objects.filter(pk=conversation_id).first()
     if conv is None:
         raise AccessDenied("unknown conversation or wrong token")
-    started_with = hmac.compare_digest(conv.token_hash, _hash_token(token))
-    as_customer = bool(conv.customer_id) and hmac.compare_digest(customer_token(conv.id), token)
-    if not (started_with or as_customer):
+    if conv.customer_id:
+        matches = hmac.compare_digest(customer_token(conv.id), token)
+    else:
+        matches = hmac.compare_digest(conv.token_hash, _hash_token(token))
+    if not matches:
         raise AccessDenied("unknown conversation or wrong token")
     return conv
 
@@ -69,18 +79,22 @@ def conversation_identify(
     """The conversation of a verified customer, and its customer token: ``(conversation, token,
     resumed)``.
 
-    ``conversation``: the one this browser resumed (already authenticated), if any. An anonymous
-    one becomes the customer's (they signed in mid-chat); the customer's own is kept. One that
-    belongs to another customer (a shared device, another account) is left alone, and the
-    customer's own latest conversation is resumed instead, or a new one started (``resumed``
-    False). The name and e-mail the store sent replace the stored ones."""
+    ``conversation``: the one this browser resumed (already authenticated), if any. It is kept
+    only when it is already this customer's own. Any other is left as it is and never shown to
+    her: an anonymous one (on a shared computer it may be someone else's, and kefu cannot tell
+    that it was hers: it is never adopted, so its token gains no rights and its questions reach
+    neither her screen nor her prompts), or another customer's. The customer's own latest
+    conversation is resumed instead, or a new one started (``resumed`` False). The name and
+    e-mail the store sent replace the stored ones."""
     with transaction.atomic():
-        if conversation is not None and conversation.customer_id not in ("", identity.customer_id):
+        if conversation is not None and conversation.customer_id != identity.customer_id:
             conversation = None
         if conversation is None:
             conversation = Conversation.objects.filter(customer_id=identity.customer_id).order_by("-updated_at").first()
         resumed = conversation is not None
         if conversation is None:
+            # Its random start token is never handed out: a customer's conversation opens only with
+            # the customer token (conversation_authenticate).
             conversation, _ = conversation_start(locale=locale, address_key=address_key)
         fields = {
             "customer_id": identity.customer_id,
@@ -88,7 +102,12 @@ def conversation_identify(
             "customer_email": identity.email,
             "identity_verified_at": timezone.now(),
         }
-        Conversation.objects.filter(pk=conversation.pk).update(**fields)
+        # customer_id is set only on a row that is new or already hers (a guard, in the statement
+        # itself, against ever adopting someone else's conversation).
+        owner_before = identity.customer_id if resumed else ""
+        updated = Conversation.objects.filter(pk=conversation.pk, customer_id=owner_before).update(**fields)
+        if not updated:
+            raise AccessDenied("the conversation changed hands")
         for name, value in fields.items():
             setattr(conversation, name, value)
     return conversation, customer_token(conversation.id), resumed

@@ -29,6 +29,10 @@
   // A signed identity token from the store's backend (data-identity, docs/security.md): sent in
   // the first hello of this page only; reconnects resume with the conversation token.
   let identityToken = script.dataset.identity || null;
+  // A page of a signed-in customer keeps nothing of hers in storage, and sends nothing an earlier
+  // page left there: on a shared computer the browser's stored conversation and unsent messages
+  // may be someone else's (docs/security.md, "Shared computers").
+  const SIGNED_IN = Boolean(identityToken);
 
   const MAX_CHARS = 2000; // code points, as the server counts them
   const COUNTER_FROM = 1800; // show the counter from here on
@@ -430,8 +434,15 @@
   const seqs = new Set();
   let outbox = Array.isArray(storage.get("outbox")) ? storage.get("outbox") : [];
   outbox = outbox.filter((o) => o && typeof o.client_id === "string" && typeof o.text === "string");
+  if (SIGNED_IN) {
+    // Unsent messages of an earlier page were typed by whoever used this browser then: never
+    // sent into the signed-in customer's conversation. Hers are kept in memory only.
+    outbox = [];
+    storage.remove("outbox");
+  }
 
   function saveOutbox() {
+    if (SIGNED_IN) return;
     if (outbox.length) storage.set("outbox", outbox);
     else storage.remove("outbox");
   }

@@ -88,7 +88,9 @@ async def test_the_customers_conversation_follows_them_to_another_device(make_cl
     assert resumed["id"] == phone.conversation
 
 
-async def test_an_anonymous_chat_becomes_the_customers_when_they_sign_in(make_client, faq):
+async def test_signing_in_starts_the_customers_own_chat_and_leaves_the_anonymous_one_alone(make_client, faq):
+    # Issue 29: the anonymous conversation is never adopted (on a shared computer it may be
+    # someone else's). It stays anonymous, its token opens it as before, and she gets her own.
     before = await make_client()
     await before.hello()
     await before.say("Do you ship to Canada?")
@@ -97,11 +99,20 @@ async def test_an_anonymous_chat_becomes_the_customers_when_they_sign_in(make_cl
     after = await make_client()
     frame = await after.hello(conversation=before.conversation, token=before.token, identity=sign("cust-7"))
 
-    assert frame["id"] == before.conversation
+    assert frame["id"] != before.conversation and frame["customer"]["id"] == "cust-7"
     assert (await row(frame["id"])).customer_id == "cust-7"
-    # The anonymous token the browser started with still resumes it.
+    assert (await row(before.conversation)).customer_id == ""
+    # Nothing of the anonymous conversation is replayed to her.
+    await after.say("Hello?")
+    assert all("Canada" not in str(f) for f in await after.until("stream.end"))
+    # The anonymous token still opens the anonymous conversation, and only that one.
     again = await make_client()
-    assert (await again.hello(conversation=before.conversation, token=before.token))["id"] == before.conversation
+    reopened = await again.hello(conversation=before.conversation, token=before.token)
+    assert reopened["id"] == before.conversation and "customer" not in reopened
+    # Signing in again on that browser resumes her own conversation, not the anonymous one.
+    later = await make_client()
+    resumed = await later.hello(conversation=before.conversation, token=before.token, identity=sign("cust-7"))
+    assert resumed["id"] == frame["id"]
 
 
 async def test_another_customers_chat_on_a_shared_device_is_never_shown(make_client, faq):

@@ -279,3 +279,76 @@ def test_where_is_my_order_on_the_demo_storefront_shows_the_demo_orders_status(l
     )
     end = next(f for f in frames if f["type"] == "stream.end")
     assert end["route"] == "action" and end["model"] is None
+
+
+def test_signing_in_on_a_shared_browser_shows_nothing_of_the_anonymous_chat(live_kefu, browser):
+    # Issue 29: one browser (a shared computer). Someone chats anonymously on the store and leaves
+    # an unsent message in the outbox; then a customer signs in on that browser. Her widget opens
+    # her own conversation: nothing the anonymous shopper wrote is shown or sent in it.
+    import threading
+    import time
+    import uuid
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import jwt
+    from playwright.sync_api import expect
+
+    secret = "store-backend-secret-0123456789abcdef"
+    kefu = live_kefu(env={"KEFU_IDENTITY_SECRET": secret})
+
+    class StorePage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            identity = ""
+            if self.path.startswith("/account"):
+                now = int(time.time())
+                claims = {"sub": "cust-42", "name": "Alice Wong", "iat": now, "exp": now + 600, "jti": uuid.uuid4().hex}
+                identity = f' data-identity="{jwt.encode(claims, secret, algorithm="HS256")}"'
+            html = (
+                '<!doctype html><html lang="en"><body><h1>Store</h1>'
+                f'<script src="{kefu.base}/static/kefu/widget.js"{identity} defer></script></body></html>'
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    store = ThreadingHTTPServer(("127.0.0.1", 0), StorePage)
+    threading.Thread(target=store.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{store.server_address[1]}"
+    try:
+        page = browser.new_context().new_page()
+        sent: list[dict] = []
+        page.on("websocket", lambda ws: ws.on("framesent", lambda payload: sent.append(json.loads(payload))))
+        page.goto(base + "/shop")
+        page.click("kefu-chat >> .kefu-launcher")
+        page.fill("kefu-chat >> #kefu-input", "what is your return policy?")
+        page.press("kefu-chat >> #kefu-input", "Enter")
+        expect(page.locator("kefu-chat >> .kefu-msg--bot")).to_have_count(1, timeout=20000)
+        anonymous = page.evaluate("window.kefu.state().conversation")
+        # A message the anonymous shopper typed that never reached the server (offline, then gone).
+        page.evaluate(
+            "([key]) => localStorage.setItem(key, JSON.stringify([{client_id: 'left-behind', text: 'my card is 4242'}]))",
+            [f"kefu:v1:{kefu.base}:outbox"],
+        )
+
+        page.goto(base + "/account")  # she signs in on that browser
+        page.click("kefu-chat >> .kefu-launcher")
+        page.wait_for_function(
+            "([anon]) => window.kefu.state().conversation && window.kefu.state().conversation !== anon",
+            arg=[anonymous],
+            timeout=20000,
+        )
+        page.fill("kefu-chat >> #kefu-input", "Which payment methods do you accept?")
+        page.press("kefu-chat >> #kefu-input", "Enter")
+        expect(page.locator("kefu-chat >> .kefu-msg--bot")).to_have_count(1, timeout=20000)
+        shopper = page.locator("kefu-chat >> .kefu-msg--shopper .kefu-bubble")
+        expect(shopper).to_have_text(["Which payment methods do you accept?"])
+        expect(page.locator("kefu-chat >> .kefu-log")).not_to_contain_text("return policy")
+        assert not any(f.get("text") == "my card is 4242" for f in sent)
+        assert page.evaluate("Object.keys(localStorage).filter(k => k.endsWith(':outbox'))") == []
+    finally:
+        store.shutdown()

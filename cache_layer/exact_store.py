@@ -38,7 +38,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from django.conf import settings
 
-from lib.redis_conn import redis_options
+from lib.redis_conn import redis_options, tracked
 
 from .config import cache_config
 
@@ -185,8 +185,10 @@ class RedisExactStore:
                 connect_timeout_s=timeout_ms / 1000,
                 retries=1,
                 retry_timeouts=False,
+                purpose="exact-store",
             ),
         )
+        tracked(self._redis, "exact-store")
 
     def key(self, scope: str, key_hash: str) -> str:
         """The Redis key of one entry: ``<prefix>:<scope-hash>:<key_hash>``."""

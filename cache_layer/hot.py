@@ -216,7 +216,11 @@ class Listener:
             client = None
             try:
                 options = redis_options(
-                    asyncio=False, socket_timeout_s=HEALTH_CHECK_S * 2, connect_timeout_s=2.0, retries=0
+                    asyncio=False,
+                    socket_timeout_s=HEALTH_CHECK_S * 2,
+                    connect_timeout_s=2.0,
+                    retries=0,
+                    purpose="cache-hot-listener",
                 )
                 options["health_check_interval"] = HEALTH_CHECK_S
                 client = redis.Redis.from_url(self.url, **options)

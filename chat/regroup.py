@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from lib.loops import PerLoop
-from lib.redis_conn import redis_options
+from lib.redis_conn import redis_options, tracked
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ _watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[Non
 def _make_client() -> Any:
     import redis.asyncio as aioredis
 
-    return aioredis.Redis.from_url(settings.REDIS_URL, **redis_options(asyncio=True, socket_timeout_s=2.0, retries=1))
+    options = redis_options(asyncio=True, socket_timeout_s=2.0, retries=1, purpose="regroup")
+    return tracked(aioredis.Redis.from_url(settings.REDIS_URL, **options), "regroup")
 
 
 _clients: PerLoop[Any] = PerLoop(_make_client)

@@ -21,7 +21,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from lib.loops import PerLoop
-from lib.redis_conn import redis_options
+from lib.redis_conn import redis_options, tracked
 
 
 @dataclass
@@ -40,10 +40,12 @@ _local: dict[int, LiveStream] = {}
 def _make_client() -> Any:
     import redis.asyncio as aioredis
 
-    return aioredis.Redis.from_url(settings.REDIS_URL, **redis_options(asyncio=True, socket_timeout_s=2.0))
+    options = redis_options(asyncio=True, socket_timeout_s=2.0, purpose="stream-buffer")
+    return tracked(aioredis.Redis.from_url(settings.REDIS_URL, **options), "stream-buffer")
 
 
-# One async Redis client per event loop: a client's connections belong to the loop that made them.
+# One async Redis client per event loop (a client's connections belong to the loop that made
+# them), closed when that loop ends.
 _clients: PerLoop[Any] = PerLoop(_make_client)
 
 

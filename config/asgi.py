@@ -12,6 +12,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 
 import chat.routing
 from chat.origins import WidgetOriginValidator
+from config.body_limit import BodyLimit, install_daphne_guard
 from lib.settings_env import env
 
 
@@ -37,10 +38,12 @@ def _close_oversized_frames_with_1009() -> None:
 
 
 _close_oversized_frames_with_1009()
+# Bodies over kefu's limits are refused before they are read (config/body_limit.py).
+install_daphne_guard()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimit(django_asgi_app),
         "websocket": WidgetOriginValidator(AuthMiddlewareStack(URLRouter(chat.routing.websocket_urlpatterns))),
     }
 )

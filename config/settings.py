@@ -605,5 +605,9 @@ KEFU_BUDGET_HOLD_S = env.float("KEFU_BUDGET_HOLD_S", default=600.0)
 # body accepted, and the most tokens an answer may have (a client's max_tokens is capped to it).
 KEFU_GATEWAY_MAX_BODY_BYTES = env.int("KEFU_GATEWAY_MAX_BODY_BYTES", default=1_000_000)
 KEFU_GATEWAY_MAX_TOKENS = env.int("KEFU_GATEWAY_MAX_TOKENS", default=4096)
+# The reverse proxy's request body limit as deployed (nginx client_max_body_size), bytes; 0 = not
+# declared. kefu itself refuses bodies over its limits before reading them (config/body_limit.py);
+# `manage.py check --deploy` warns when this is unset or unsound (ops/checks.py, docs/security.md).
+KEFU_PROXY_MAX_BODY_BYTES = env.int("KEFU_PROXY_MAX_BODY_BYTES", default=0)
 KEFU_FAQ_POLL_S = env.float("KEFU_FAQ_POLL_S", default=2.0)
 KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.595)

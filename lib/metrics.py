@@ -8,7 +8,13 @@ Recorded here, in seconds as Prometheus' conventions want (names end in ``_secon
   and tier (``simple``/``medium``/``complex`` for ``llm.*`` routes, ``none`` otherwise);
 - ``kefu_answer_latency_seconds{route, tier}`` (histogram): to the answer's end;
 - ``kefu_open_sockets{kind}`` (gauge): shopper and agent sockets open in the process (summed over the live
-  processes in multiprocess mode).
+  processes in multiprocess mode);
+- ``kefu_redis_connections{purpose}`` (gauge): the process's open Redis connections per purpose
+  (``lib.redis_conn.open_connections``: ``upstream-blocks``, ``stream-buffer``, ``regroup``,
+  ``ratelimit-*``, ``exact-store``), read when ``/metrics`` is served and, in a Celery worker,
+  after each task; one series per process (label ``pid``) in multiprocess mode, so a process that
+  leaks connections stands out. The same names are on the server: ``CLIENT LIST`` shows each
+  connection as ``name=kefu-<purpose>``.
 
 **Several worker processes.** Each process keeps its own values; with the environment variable
 ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty directory, the same for every worker of a host,
@@ -46,6 +52,20 @@ ANSWER_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS_S,
 )
 OPEN_SOCKETS = Gauge("kefu_open_sockets", "WebSockets open now, by kind.", ["kind"], multiprocess_mode="livesum")
+REDIS_CONNECTIONS = Gauge(
+    "kefu_redis_connections",
+    "Redis connections this process holds open now, by purpose.",
+    ["purpose"],
+    multiprocess_mode="liveall",
+)
+
+
+def refresh_redis_connections() -> None:
+    """Set ``kefu_redis_connections`` from this process's Redis pools now."""
+    from lib.redis_conn import open_connections
+
+    for purpose, count in open_connections().items():
+        REDIS_CONNECTIONS.labels(purpose).set(count)
 
 
 def tier_of(route: str) -> str:
@@ -74,6 +94,7 @@ def exposition() -> bytes:
     directory when there is one, else this process's own, with its process and platform metrics."""
     from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
+    refresh_redis_connections()
     path = multiprocess_dir()
     if not path:
         return generate_latest(REGISTRY)

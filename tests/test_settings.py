@@ -48,6 +48,7 @@ PRODUCTION = {
     "ALLOWED_HOSTS": "chat.shop.example",
     "CSRF_TRUSTED_ORIGINS": "https://chat.shop.example",
     "KEFU_BEHIND_TLS": "true",
+    "KEFU_PROXY_MAX_BODY_BYTES": "3145728",  # nginx client_max_body_size 3m (docs/security.md)
 }
 
 
@@ -69,6 +70,25 @@ def test_without_tls_the_deploy_check_names_what_is_missing():
     assert result.returncode != 0
     for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):  # HSTS, redirect, cookies
         assert warning in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("declared", "warning"),
+    [
+        ("", "kefu.W001"),  # the proxy's body limit not declared
+        ("104857600", "kefu.W002"),  # 100 MB: the proxy buffers such bodies whole
+        ("1048576", "kefu.W003"),  # nginx's default 1m: below Django's 2.5 MiB, kefu's JSON 413 never seen
+    ],
+)
+def test_the_deploy_check_names_an_unsound_proxy_body_limit(declared: str, warning: str) -> None:
+    env = {k: v for k, v in PRODUCTION.items() if k != "KEFU_PROXY_MAX_BODY_BYTES"}
+    if declared:
+        env["KEFU_PROXY_MAX_BODY_BYTES"] = declared
+    result = check("--deploy", "--fail-level", "WARNING", **env)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert warning in output
+    assert [w for w in ("kefu.W001", "kefu.W002", "kefu.W003") if w in output] == [warning]
 
 
 def test_a_short_identity_secret_is_refused():

@@ -24,7 +24,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from lib.loops import PerLoop
-from lib.redis_conn import redis_options
+from lib.redis_conn import redis_options, tracked
 from routing.providers import ratelimits
 from routing.providers.ratelimits import UpstreamKey
 
@@ -41,9 +41,11 @@ _loaded_at = {"t": float("-inf")}
 def _make_client() -> Any:
     import redis.asyncio as aioredis
 
-    return aioredis.Redis.from_url(settings.REDIS_URL, **redis_options(asyncio=True, socket_timeout_s=0.5, retries=1))
+    options = redis_options(asyncio=True, socket_timeout_s=0.5, retries=1, purpose="upstream-blocks")
+    return tracked(aioredis.Redis.from_url(settings.REDIS_URL, **options), "upstream-blocks")
 
 
+# One client per event loop, closed when its loop ends (a Celery task's loop ends with the task).
 _clients: PerLoop[Any] = PerLoop(_make_client)
 
 

@@ -55,6 +55,7 @@ from routing.upstream.tiers import (
     candidate_configured,
     candidate_share,
     provider_for,
+    recheck_tier,
     tier_model,
 )
 
@@ -286,6 +287,8 @@ def decide(tier: str, *, state: str, by: str, user_id: int | None = None, reason
         reason=reason,
     )
     _publish(tier, _row_dict(row))
+    # The deployment that answers changed: ask its endpoint again before it is called.
+    recheck_tier(tier)
     log.warning("canary of the %s tier (%s): %s by %s: %s", tier, row.candidate_model, state, by, reason or "-")
     standing = status(tier)
     assert standing is not None

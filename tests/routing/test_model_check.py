@@ -289,3 +289,23 @@ def test_remote_prices_are_the_catalogs() -> None:
     assert REMOTE_PRICES["simple"] == catalog.PRICES["deepseek-chat"]
     assert REMOTE_PRICES["medium"] == catalog.PRICES["gemini-2.5-flash"]
     assert REMOTE_PRICES["complex"] == catalog.PRICES["gpt-4.1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_made_by_another_process_checks_the_models_again(remote, settings):
+    from routing.models import TierOverride
+
+    settings.KEFU_CANARY_REFRESH_S = 0.0  # every read goes to the database
+    settings.KEFU_TIERS = {
+        **settings.KEFU_TIERS,
+        "simple": settings.KEFU_TIERS["simple"].with_canary(model="fake-candidate", share=0.5),
+    }
+    check_tiers()
+    assert canary.status("simple") is not None  # this process's copy: no decision yet
+    asked = remote.models_requests
+    remote.models = ("fake-simple",)
+    # Another process (its own memory) promotes the candidate: only the row is shared.
+    TierOverride.objects.create(tier="simple", state="promoted", candidate_model="fake-candidate", by="bob")
+    assert canary.status("simple").state == "promoted"
+    wait_until(lambda: remote.models_requests > asked and "simple candidate" in tier_states())
+    wait_until(lambda: tier_states()["simple candidate"].startswith("off: KEFU_SIMPLE_CANARY_MODEL=fake-candidate"))

@@ -52,8 +52,10 @@ PREFERENCES: dict[str, tuple[str, ...]] = {
 }
 
 #: Model -> list prices in USD per million tokens: (input, cached input, output), standard
-#: (non-batch) tier, prompts up to 200k tokens where a price has steps. Sources, as published on
-#: 2026-11-30 (the date of config/settings.py's former defaults):
+#: (non-batch) tier, prompts up to 200k tokens where a price has steps. Sources (deepseek-chat,
+#: gemini-2.5-flash and gpt-4.1 are config/settings.py's former defaults, read there on 2026-11-30;
+#: the others were written from these pages as known on 2026-12-04 without re-reading them, so check
+#: them against the pages before relying on a cost):
 #: OpenAI: platform.openai.com/docs/pricing; DeepSeek: api-docs.deepseek.com/quick_start/pricing
 #: (V3.2, cache hit / miss); Google: ai.google.dev/gemini-api/docs/pricing (Gemini 2.0 Flash-Lite
 #: has no context caching: cached input costs what input does); Alibaba Cloud Model Studio,

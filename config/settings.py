@@ -21,7 +21,16 @@ from lib.redis_conn import LAYER_SOCKET_TIMEOUT_S, redis_options
 from lib.settings_env import env
 from lib.text import DEFAULT_LANGUAGES, DEFAULT_MIN_CONFIDENCE
 from lib.text import check_language_code as _language_check
-from routing.upstream.config import Canary, Deployment, TierConfig, check_base_url, check_timeout, tier_config
+from routing.upstream import catalog
+from routing.upstream.config import (
+    PRICE_FIELDS,
+    Canary,
+    Deployment,
+    TierConfig,
+    check_base_url,
+    check_timeout,
+    tier_config,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -425,14 +434,10 @@ KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY = env.float("KEFU_FAQ_SINGLE_ENTRY_MIN_SIMI
 # --- Remote model (OpenAI-compatible). Without a key, unanswerable messages go to a human (handoff).
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
-# Tiers: model, provider and list prices in USD per million tokens (input, cached input, output).
-# Defaults are the providers' published list prices on 2026-11-30: DeepSeek V3.2 (deepseek-chat),
-# Gemini 2.5 Flash, GPT-4.1. A tier without its own base URL or key uses OPENAI_BASE_URL/OPENAI_API_KEY.
-_TIER_DEFAULTS = {
-    "simple": ("deepseek-chat", 0.28, 0.028, 0.42),
-    "medium": ("gemini-2.5-flash", 0.30, 0.03, 2.50),
-    "complex": ("gpt-4.1", 2.00, 0.50, 8.00),
-}
+# Tiers: a tier without KEFU_<TIER>_MODEL uses the first model of kefu's preference list that its
+# endpoint's GET /models lists, at that model's list prices (routing/upstream/catalog.py, with the
+# prices' sources and date; routing/upstream/listing.py). A tier without its own base URL or key
+# uses OPENAI_BASE_URL/OPENAI_API_KEY.
 # Timeouts in seconds (connect, time to first token, whole answer); each tier may override them
 # with KEFU_<TIER>_CONNECT_TIMEOUT_S / _FIRST_TOKEN_TIMEOUT_S / _TOTAL_TIMEOUT_S.
 KEFU_LLM_CONNECT_TIMEOUT_S = env.float("KEFU_LLM_CONNECT_TIMEOUT_S", default=5.0)
@@ -453,22 +458,36 @@ for _name, _timeout in (
     check_timeout(_name, _timeout)
 
 
-def _tier_from_env(tier: str, model: str, p_in: float, p_cached: float, p_out: float) -> TierConfig:
+def _tier_from_env(tier: str) -> TierConfig:
     """Tier ``tier`` from its ``KEFU_<TIER>_*`` variables, validated (routing/upstream/config.py)."""
     prefix = f"KEFU_{tier.upper()}_"
     own_base_url = env.str(f"{prefix}BASE_URL", default="")
     own_key = env.str(f"{prefix}API_KEY", default="")
     own_model = env.str(f"{prefix}MODEL", default="")
+    model = own_model or catalog.first_choice(tier)
+    # A named model unknown to the price table is priced as the tier's first choice until its
+    # KEFU_<TIER>_PRICE_* are set (docs/configuration.md).
+    listed = catalog.PRICES.get(model) or catalog.PRICES[catalog.first_choice(tier)]
+    prices = {
+        field: env.float(f"{prefix}{name}", default=None)
+        for field, name in (
+            ("price_input_per_mtok", "PRICE_INPUT"),
+            ("price_cached_input_per_mtok", "PRICE_CACHED_INPUT"),
+            ("price_output_per_mtok", "PRICE_OUTPUT"),
+        )
+    }
     return tier_config(
         tier,
         current=Deployment(
-            model=own_model or model,
+            model=model,
             base_url=own_base_url or OPENAI_BASE_URL,
             api_key=own_key or OPENAI_API_KEY,
-            price_input_per_mtok=env.float(f"{prefix}PRICE_INPUT", default=p_in),
-            price_cached_input_per_mtok=env.float(f"{prefix}PRICE_CACHED_INPUT", default=p_cached),
-            price_output_per_mtok=env.float(f"{prefix}PRICE_OUTPUT", default=p_out),
+            price_input_per_mtok=_or(prices["price_input_per_mtok"], listed[0]),
+            price_cached_input_per_mtok=_or(prices["price_cached_input_per_mtok"], listed[1]),
+            price_output_per_mtok=_or(prices["price_output_per_mtok"], listed[2]),
         ),
+        preferences=() if own_model else catalog.PREFERENCES[tier],
+        named_prices=PRICE_FIELDS if own_model else frozenset(f for f, v in prices.items() if v is not None),
         own_base_url=own_base_url,
         # Canary rollout (routing/upstream/canary.py, docs/routing.md): a candidate model that answers
         # `share` (0-1; 0 = off) of the tier's conversations, chosen by a hash of the conversation.
@@ -499,8 +518,19 @@ def _tier_from_env(tier: str, model: str, p_in: float, p_cached: float, p_out: f
     )
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 # tier -> its TierConfig (routing/upstream/config.py), cheapest first.
-KEFU_TIERS: dict[str, TierConfig] = {tier: _tier_from_env(tier, *defaults) for tier, defaults in _TIER_DEFAULTS.items()}
+KEFU_TIERS: dict[str, TierConfig] = {tier: _tier_from_env(tier) for tier in catalog.PREFERENCES}
+# The check of each tier's model against its endpoint's GET /models (routing/upstream/listing.py):
+# how long it may take (s), and how often an endpoint whose list could not be read (404, 5xx, a
+# timeout) is asked again (s) while its tier stays on, unverified.
+KEFU_MODELS_CHECK_TIMEOUT_S = env.float("KEFU_MODELS_CHECK_TIMEOUT_S", default=5.0)
+KEFU_MODELS_RECHECK_S = env.float("KEFU_MODELS_RECHECK_S", default=300.0)
+check_timeout("KEFU_MODELS_CHECK_TIMEOUT_S", KEFU_MODELS_CHECK_TIMEOUT_S)
+check_timeout("KEFU_MODELS_RECHECK_S", KEFU_MODELS_RECHECK_S)
 # The canary's automatic rollback (routing/upstream/canary.py): once at least KEFU_CANARY_MIN_CALLS calls of
 # a tier's candidate were judged (answered, or failed the way that counts towards its circuit
 # breaker) within the last KEFU_CANARY_WINDOW_S seconds (and since staff last decided), a share of

@@ -206,6 +206,8 @@ def dashboard(request: HttpRequest, period: Period) -> HttpResponse:
             "to_epoch": _epoch(period.end),
             "windows": WINDOWS,
             "tiers": sorted(data["upstream"]["ttft_ms"].items()),
+            # Which model each tier calls, or why it is off (routing.upstream.listing).
+            "model_tiers": list(router.router_tiers().items()),
             "resolution_window_h": settings.KEFU_RESOLUTION_WINDOW_H,
         },
     )
@@ -372,7 +374,9 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     """``GET /healthz``: ``{"status", "database", "channel_layer", "cache", "faq_model", "router"}``,
     each ``ok``/``loading``/``error: ...``; HTTP 200 only when all are ``ok``, else 503. ``faq_model``
     and ``router`` are the router's (``routing.services.router_status``: the FAQ model, the start-up
-    warm-up)."""
+    warm-up). ``tiers``: each remote tier's standing (``routing.services.router_tiers``: ``ok:
+    <model>``, ``unverified: ...``, ``off: ...`` naming the variable to set), a detail that never
+    makes the answer 503."""
     result: dict[str, str] = {}
     try:
         result["database"] = await sync_to_async(_check_database)()
@@ -396,4 +400,9 @@ async def healthz(request: HttpRequest) -> JsonResponse:
         result["cache"] = f"error: {type(e).__name__}"
     result.update(router.router_status())
     ok = all(v == "ok" for v in result.values())
-    return JsonResponse({"status": "ok" if ok else "unavailable", **result}, status=200 if ok else 503)
+    # The remote tiers are a detail, not a condition: with one off, the FAQ, the cache and people
+    # still answer (routing.upstream.listing).
+    return JsonResponse(
+        {"status": "ok" if ok else "unavailable", **result, "tiers": router.router_tiers()},
+        status=200 if ok else 503,
+    )

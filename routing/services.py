@@ -58,6 +58,7 @@ __all__ = [
     "router_ready",
     "router_start",
     "router_status",
+    "router_tiers",
     "router_wait_ready",
     "shopper_messages_forget",
     "summaries_on",
@@ -501,6 +502,14 @@ async def router_drain() -> None:
     audits handed off): before a process stops, so no paid call goes unrecorded."""
     await ledger.flush()
     await tasks.drain()
+
+
+def router_tiers() -> dict[str, str]:
+    """Each remote tier's standing (``routing.upstream.tiers.tier_states``): ``ok: <model>``,
+    ``unverified: ...``, ``off: ...`` naming the variable to set and the models its endpoint
+    offers, ``checking`` or ``not configured: ...``. For ``/healthz`` and the ops page: a tier
+    that is off leaves the FAQ, the cache and people answering, so it is a detail, not a failure."""
+    return tiers.tier_states()
 
 
 def router_status() -> dict[str, str]:

@@ -10,6 +10,8 @@ as the server starts; ``/healthz`` reports ``router: loading`` (HTTP 503) until 
 What is warmed:
 
 * the ``openai`` SDK and the provider module (imports);
+* each tier's endpoint's ``GET /models`` (``routing.upstream.tiers.check_tiers``): the model each tier
+  uses, and which tiers are off (logged once);
 * the tokenizer of every configured tier's model (``routing.upstream.tokens.warm_tokenizer``), so prompt
   budgets are counted exactly from the first message;
 * the tier classifier (``routing.decide.tier_classifier.get_classifier``: trains on the shipped labels);
@@ -32,7 +34,7 @@ from cache_layer.intent_model import get_intent_model
 from lib.text import configured_detector
 from routing.decide.tier_classifier import get_classifier
 from routing.upstream import tokens
-from routing.upstream.tiers import configured_tiers, tier_model
+from routing.upstream.tiers import check_tiers, configured_tiers, tier_model
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,9 @@ def warm() -> None:
     # The point of this import is its cost: the openai SDK (~1.2 s), paid here, not by a shopper.
     from routing.providers import openai_remote  # noqa: F401
 
+    # Each endpoint's GET /models before any call (routing.upstream.listing): which model each
+    # tier uses, which tiers are off; logged once.
+    check_tiers()
     for tier in configured_tiers():
         tokens.warm_tokenizer(tier_model(tier))
     get_classifier()

@@ -18,6 +18,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -384,11 +385,42 @@ def fake_openai() -> Iterator[Any]:
         yield server
 
 
+#: The ``remote`` fixture's prices per tier, USD per million tokens (input, cached input, output):
+#: the list prices of DeepSeek V3.2, Gemini 2.5 Flash and GPT-4.1 (routing/upstream/catalog.py).
+REMOTE_PRICES = {"simple": (0.28, 0.028, 0.42), "medium": (0.30, 0.03, 2.50), "complex": (2.00, 0.50, 8.00)}
+
+
+@pytest.fixture(autouse=True)
+def _models_asked_afresh() -> Iterator[None]:
+    """Each test's upstreams are asked for their models afresh (routing.upstream.listing keeps the
+    answers per process, keyed by base URL and key: a port reused by another test's fake upstream
+    must not answer with the last test's list)."""
+    from routing.upstream import listing
+
+    listing.forget()
+    yield
+    listing.forget()
+
+
 @pytest.fixture
 def remote(settings: Any, fake_openai: Any) -> Any:
-    """All tiers pointed at the fake upstream (the ``simple`` tier answers), short timeouts."""
+    """All tiers pointed at the fake upstream (the ``simple`` tier answers), short timeouts.
+
+    Each tier names its model (``fake-<tier>``, which the fake upstream lists) at the prices the
+    tests' costs are worked out from (:data:`REMOTE_PRICES`), each configured on its own
+    (``dedicated``, as ``KEFU_<TIER>_MODEL`` makes it) so a failing tier falls back to the next; the
+    tier classifier is off (``KEFU_TIER_ROUTING``), so the ``simple`` tier answers first (tests of
+    the classifier turn it on). The endpoint's ``GET /models`` was asked, as the server's warm-up
+    does at start (a test that changes the list calls ``routing.upstream.listing.forget``)."""
     settings.KEFU_TIERS = {
-        tier: cfg.with_current(base_url=fake_openai.base_url, api_key="test-key", model=f"fake-{tier}")
+        tier: replace(cfg, dedicated=True).with_current(
+            base_url=fake_openai.base_url,
+            api_key="test-key",
+            model=f"fake-{tier}",
+            price_input_per_mtok=REMOTE_PRICES[tier][0],
+            price_cached_input_per_mtok=REMOTE_PRICES[tier][1],
+            price_output_per_mtok=REMOTE_PRICES[tier][2],
+        )
         for tier, cfg in settings.KEFU_TIERS.items()
     }
     # The first-token budget is shared by the tiers still to try (routing.upstream.resilience): with
@@ -397,6 +429,10 @@ def remote(settings: Any, fake_openai: Any) -> Any:
     # Tests of a timeout set their own budget.
     settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = 6.0
     settings.KEFU_LLM_TOTAL_TIMEOUT_S = 20.0
+    settings.KEFU_TIER_ROUTING = False
+    from routing.upstream.tiers import check_tiers
+
+    check_tiers()
     return fake_openai
 
 

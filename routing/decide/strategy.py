@@ -41,7 +41,7 @@ from routing.prompt import privacy, rewrite
 from routing.providers.base import ChatRequest
 from routing.types import CallContext, History, HistoryLoader, Payer, Question
 from routing.upstream import budgets
-from routing.upstream.tiers import configured_tiers, provider_for, tier_model
+from routing.upstream.tiers import check_tiers_async, configured_tiers, provider_for, tier_model
 from store.services import store_on
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,9 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     on the remote path, and not for a conversation's first message. ``store_actions``: False
     for a draft (an agent's suggested reply) that must not look up, offer or confirm anything
     in the store. Never raises for content; raises what ``history`` raises."""
+    # No deployment is called before its endpoint's GET /models answered (routing.upstream.listing):
+    # the first message of a process whose warm-up has not asked yet waits for it here.
+    await check_tiers_async()
     text = question.text
     locale = detect_locale(text, question.locale)
     # A "yes" or "no" to a change the bot offered (cancel, return): made or forgotten, no model.

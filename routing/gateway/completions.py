@@ -45,7 +45,7 @@ from routing.types import Payer
 from routing.upstream import budgets
 from routing.upstream.call import Answered
 from routing.upstream.ledger import cost_usd
-from routing.upstream.tiers import configured_tiers, provider_for, tier_configured, tier_model
+from routing.upstream.tiers import check_tiers_async, configured_tiers, provider_for, tier_configured, tier_model
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,7 @@ async def plan(req: GatewayRequest, *, api_key_id: int | None = None) -> Plan:
 
 
 async def _plan(req: GatewayRequest) -> Plan:
+    await check_tiers_async()  # no deployment called before its GET /models answered
     question = req.messages[-1]["content"]
     locale = detect_locale(question)
     start = req.start_tier or "simple"

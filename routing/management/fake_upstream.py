@@ -53,8 +53,23 @@ from aiohttp import web
 
 __all__ = ["MODELS", "Behaviour", "FakeOpenAI", "default_answer", "running_fake_openai", "split_text"]
 
-# What `GET /v1/models` lists unless the server is given its own names.
-MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-3.5-turbo")
+# What `GET /v1/models` lists unless the server is given its own names: the names the tests give
+# their tiers (tests/conftest.py `remote`: fake-<tier>; canaries: fake-candidate...), then a few
+# of OpenAI's. kefu calls only a model its endpoint lists (routing.upstream.listing).
+MODELS = (
+    "fake-simple",
+    "fake-medium",
+    "fake-complex",
+    "fake-candidate",
+    "fake-candidate-2",
+    "fake-small",
+    "fake-large",
+    "kefu",
+    "gpt-4o-mini",
+    "gpt-4o",
+    "gpt-4.1-mini",
+    "gpt-3.5-turbo",
+)
 
 _ERROR_TYPES = {
     400: ("invalid_request_error", None),
@@ -199,6 +214,11 @@ class FakeOpenAI:
         self.default = default or Behaviour()
         self.api_key = api_key
         self.models = tuple(models)
+        # What `GET /v1/models` answers (tests change them between requests): its HTTP status
+        # (200 lists `models`; 401 / 403 / 404 / 5xx an OpenAI-style error) and a delay before
+        # it answers, in seconds (longer than kefu's check timeout: a timeout).
+        self.models_status = 200
+        self.models_delay_s = 0.0
         self._lock = threading.Lock()
         self._queue: deque[Behaviour] = deque()
         self._requests: list[dict[str, Any]] = []
@@ -350,8 +370,20 @@ class FakeOpenAI:
         with self._lock:
             return self._queue.popleft() if self._queue else self.default
 
+    @property
+    def models_requests(self) -> int:
+        """How many `GET /v1/models` requests came (chat requests are in `requests`)."""
+        with self._lock:
+            return sum(1 for path, _ in self._peers if path.endswith("/models"))
+
     async def _models(self, request: web.Request) -> web.Response:
         self._note_peer(request)
+        if self.models_delay_s > 0:
+            await asyncio.sleep(self.models_delay_s)
+        if self.models_status != 200:
+            return _error_response(self.models_status, f"GET /models answers {self.models_status} here (test setting)")
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _error_response(401, "Incorrect API key provided.")
         data = [
             {"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "kefu-fake"} for name in self.models
         ]

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 __all__ = [
     "ChatRequest",
+    "ModelList",
     "Provider",
     "ProviderConfig",
     "ProviderError",
@@ -39,6 +40,22 @@ ProviderErrorCode = Literal[
     "malformed",  # the upstream sent something that is not a valid chunk
     "budget",  # kefu did not call: the spend budgets leave no room for it (routing.upstream.budgets)
 ]
+
+
+@dataclass(frozen=True)
+class ModelList:
+    """What an endpoint's ``GET /models`` answered (``openai_remote.list_models``).
+
+    ``state``: ``listed`` (HTTP 200: ``models`` are the ids it lists, a ``models/`` prefix such as
+    Gemini's removed, in its order), ``refused`` (HTTP 401 / 403: the API key was refused) or
+    ``unknown`` (404, 5xx, a timeout, no connection, a body that is not a model list: many
+    OpenAI-compatible servers have no ``/models``). ``detail``: what happened, for people
+    (``"HTTP 404"``, ``"timed out after 5 s"``).
+    """
+
+    state: str
+    models: tuple[str, ...] = ()
+    detail: str = ""
 
 
 @dataclass(frozen=True)

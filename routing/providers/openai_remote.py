@@ -57,6 +57,7 @@ from lib.tokens import count_tokens
 from routing.providers import ratelimits
 from routing.providers.base import (
     ChatRequest,
+    ModelList,
     ProviderConfig,
     ProviderError,
     ProviderErrorCode,
@@ -73,6 +74,7 @@ __all__ = [
     "close_clients",
     "get_client",
     "keep_warm",
+    "list_models",
 ]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -166,6 +168,36 @@ def get_client(config: ProviderConfig) -> AsyncOpenAI:
                 ) from error
             clients[key] = client
         return client
+
+
+def list_models(config: ProviderConfig, *, timeout_s: float) -> ModelList:
+    """``GET /models`` of ``config``'s endpoint with its key, blocking (run it off the event loop),
+    at most ``timeout_s`` seconds (connecting: ``config.connect_timeout_s`` at most), no retry.
+
+    Never raises: HTTP 200 with a list is ``listed`` (ids without a ``models/`` prefix, as Gemini's
+    OpenAI-compatible endpoint names them), 401 / 403 ``refused``, anything else ``unknown`` with
+    what happened in ``detail`` (routing.providers.base.ModelList)."""
+    if not config.api_key:
+        return ModelList("refused", detail="no API key")
+    try:
+        with openai.OpenAI(
+            api_key=config.api_key,
+            base_url=config.base_url or DEFAULT_BASE_URL,
+            timeout=Timeout(timeout_s, connect=min(config.connect_timeout_s, timeout_s)),
+            max_retries=0,
+        ) as client:
+            ids = [str(getattr(m, "id", "") or "") for m in client.models.list().data]
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as error:
+        return ModelList("refused", detail=f"HTTP {error.status_code}")
+    except openai.APIStatusError as error:
+        return ModelList("unknown", detail=f"HTTP {error.status_code}")
+    except openai.APITimeoutError:
+        return ModelList("unknown", detail=f"timed out after {timeout_s:g} s")
+    except openai.APIConnectionError as error:
+        return ModelList("unknown", detail=f"no connection ({type(error.__cause__ or error).__name__})")
+    except (openai.OpenAIError, ValueError, TypeError, AttributeError) as error:  # not a model list
+        return ModelList("unknown", detail=f"not a model list ({type(error).__name__})")
+    return ModelList("listed", models=tuple(i.removeprefix("models/") for i in ids if i))
 
 
 async def keep_warm(configs: list[ProviderConfig], *, every_s: float) -> None:

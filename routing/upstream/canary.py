@@ -55,6 +55,7 @@ from routing.upstream.tiers import (
     candidate_configured,
     candidate_share,
     provider_for,
+    recheck_tier,
     tier_model,
 )
 
@@ -163,9 +164,16 @@ def _row_dict(row: TierOverride | None) -> dict[str, Any]:
     }
 
 
-def _remember(tier: str, newest: dict[str, Any]) -> None:
+def _remember(tier: str, newest: dict[str, Any], *, decided: bool = False) -> None:
+    """Keep ``newest`` as this process's copy; a decision made here (``decided``) or one this
+    process learns of from another makes it ask the tier's endpoints again."""
     with _memo_lock:
+        held = _memo.get(tier)
         _memo[tier] = (time.monotonic() + settings.KEFU_CANARY_REFRESH_S, newest)
+    if decided or (held is not None and newest and held[1].get("id") != newest.get("id")):
+        # Another process promoted or rolled back the candidate: this one asks the tier's
+        # endpoints again too before its next call (routing.upstream.listing).
+        recheck_tier(tier)
 
 
 def _fresh(tier: str) -> dict[str, Any] | None:
@@ -285,7 +293,7 @@ def decide(tier: str, *, state: str, by: str, user_id: int | None = None, reason
         user_id=user_id,
         reason=reason,
     )
-    _publish(tier, _row_dict(row))
+    _publish(tier, _row_dict(row))  # and asks the tier's endpoints again (_remember)
     log.warning("canary of the %s tier (%s): %s by %s: %s", tier, row.candidate_model, state, by, reason or "-")
     standing = status(tier)
     assert standing is not None
@@ -293,7 +301,7 @@ def decide(tier: str, *, state: str, by: str, user_id: int | None = None, reason
 
 
 def _publish(tier: str, newest: dict[str, Any]) -> None:
-    _remember(tier, newest)
+    _remember(tier, newest, decided=True)
     try:
         cache.set(_CACHE_KEY.format(tier=tier), newest, timeout=settings.KEFU_CANARY_REFRESH_S)
     except Exception:  # other processes read the database once their copies expire

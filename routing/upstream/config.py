@@ -5,7 +5,7 @@ tier name -> :class:`TierConfig`, with :func:`tier_config`, which raises ``Impro
 naming the variable and its bad value. The router reads them through ``routing.upstream.tiers``.
 
 Units: prices in USD per million tokens (the providers' list prices), timeouts in seconds, limits
-per minute. Defaults and their sources: ``config/settings.py`` (``_TIER_DEFAULTS``).
+per minute. Default models and prices, with their sources: ``routing/upstream/catalog.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ class Deployment:
     price_input_per_mtok: float
     price_cached_input_per_mtok: float
     price_output_per_mtok: float
+
+
+#: The price fields of a :class:`Deployment`.
+PRICE_FIELDS = frozenset({"price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"})
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,14 @@ class TierConfig:
     own timeouts in seconds, 0 = the ``KEFU_LLM_*`` value at the time of the call, each ``>= 0``.
     ``day_cap_usd``: store-wide spend cap per day, USD (routing.upstream.budgets), 0 = none.
     ``dedicated``: configured on its own (model, base URL or key set for the tier), so the tier
-    classifier may choose it up front; a tier that only inherits ``OPENAI_*`` is a fallback only.
+    classifier may choose it up front and a fallback may go to it; a tier that only inherits
+    ``OPENAI_*`` answers only as the ``simple`` tier.
+
+    ``preferences``: empty when ``KEFU_<TIER>_MODEL`` names the model (``current.model``); else
+    kefu's preference list (routing.upstream.catalog), of which the first model the endpoint's
+    ``GET /models`` lists answers (routing.upstream.listing; ``current.model`` is the list's first,
+    used while the list is not known). ``named_prices``: the :class:`Deployment` price fields the
+    environment set (``KEFU_<TIER>_PRICE_*``); the others follow the model the list chose.
     """
 
     name: str
@@ -72,6 +83,8 @@ class TierConfig:
     total_timeout_s: float = 0.0
     day_cap_usd: float = 0.0
     dedicated: bool = False
+    preferences: tuple[str, ...] = ()
+    named_prices: frozenset[str] = PRICE_FIELDS
 
     @property
     def candidate(self) -> Deployment:
@@ -93,8 +106,12 @@ class TierConfig:
 
     def with_current(self, **changes: object) -> TierConfig:
         """This tier with fields of its own deployment changed (``dataclasses.replace`` one level
-        down), e.g. ``cfg.with_current(api_key="")``."""
-        return replace(self, current=replace(self.current, **changes))  # type: ignore[arg-type]
+        down), e.g. ``cfg.with_current(api_key="")``. Giving ``model`` names it: the preference
+        list no longer applies and the prices are the deployment's."""
+        current = replace(self.current, **changes)  # type: ignore[arg-type]
+        if "model" in changes:
+            return replace(self, current=current, preferences=(), named_prices=PRICE_FIELDS)
+        return replace(self, current=current)
 
     def with_canary(self, **changes: object) -> TierConfig:
         """This tier with fields of its canary changed, e.g. ``cfg.with_canary(share=0.1)``."""
@@ -165,6 +182,8 @@ def tier_config(
     total_timeout_s: float,
     day_cap_usd: float,
     dedicated: bool,
+    preferences: tuple[str, ...] = (),
+    named_prices: frozenset[str] = PRICE_FIELDS,
 ) -> TierConfig:
     """The validated :class:`TierConfig` of tier ``name`` (``own_base_url``: the tier's own
     ``KEFU_<TIER>_BASE_URL``, checked under that name; ``current.base_url`` may be inherited from
@@ -183,6 +202,8 @@ def tier_config(
         total_timeout_s=total_timeout_s,
         day_cap_usd=day_cap_usd,
         dedicated=dedicated,
+        preferences=preferences,
+        named_prices=named_prices,
     )
     config.validate()
     return config

@@ -66,7 +66,18 @@ from routing.upstream import budgets, canary, ledger, throttle
 from routing.upstream.breaker import BREAKER_FAILURES
 from routing.upstream.call import Answered, Call, CallItem
 from routing.upstream.ledger import Attempt
-from routing.upstream.tiers import CANDIDATE, CURRENT, TIER_ORDER, deployment, provider_for, tier_configured, tier_model
+from routing.upstream.tiers import (
+    CANDIDATE,
+    CURRENT,
+    TIER_ORDER,
+    candidate_configured,
+    check_tiers_async,
+    deployment,
+    provider_for,
+    tier_configured,
+    tier_model,
+    tier_settings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +93,17 @@ def backoff_s(attempt: int, *, base_s: float, cap_s: float, retry_after_s: float
 
 
 def fallback_tiers(tier: str, allowed: tuple[str, ...] | None = None) -> list[str]:
-    """``tier`` followed by the configured tiers above it, in ``TIER_ORDER``; of those only the
-    ``allowed`` ones when given (``tier`` itself is always first)."""
+    """``tier`` followed by the tiers above it, in ``TIER_ORDER``, that are configured on their
+    own (``TierConfig.dedicated``: a tier that only inherits ``OPENAI_*`` would send the store's
+    question to a model it never chose) and may be called (``tier_configured``); of those only
+    the ``allowed`` ones when given (``tier`` itself is always first)."""
     order = list(TIER_ORDER)
     start = order.index(tier) if tier in order else 0
-    return [tier] + [t for t in order[start + 1 :] if tier_configured(t) and (allowed is None or t in allowed)]
+    return [tier] + [
+        t
+        for t in order[start + 1 :]
+        if tier_configured(t) and tier_settings(t).dedicated and (allowed is None or t in allowed)
+    ]
 
 
 async def deployments(
@@ -169,7 +186,16 @@ async def stream_with_fallback(call: Call) -> AsyncGenerator[CallItem, None]:
     last: ProviderError | None = None
     writing: asyncio.Task[None] | None = None  # the previous ledger row's write (None: none, or lost)
     opened = (call.tier, call.variant)  # what call.provider was made for
-    steps = await deployments(fallback_tiers(call.tier, call.tiers_allowed), ctx, answered_by=opened)
+    await check_tiers_async()  # no deployment called before its GET /models answered
+    steps = [
+        (tier, variant)
+        for tier, variant in await deployments(fallback_tiers(call.tier, call.tiers_allowed), ctx, answered_by=opened)
+        # A tier (or candidate) whose model its endpoint does not list, or whose key it refused, is
+        # never sent a request (routing.upstream.listing).
+        if tier_configured(tier) and (variant == CURRENT or candidate_configured(tier))
+    ]
+    if not steps:
+        raise ProviderError(f"the {call.tier} tier is off (see /healthz)", code="auth", permanent=True)
     # What a permanent failure ruled out for this message: (base URL, API key) after credentials
     # were refused, (base URL, API key, model) after the request itself was.
     refused: set[tuple[str, ...]] = set()

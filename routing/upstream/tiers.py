@@ -1,10 +1,13 @@
 """The remote tiers (``simple`` / ``medium`` / ``complex``): which are configured and the provider
 that calls each.
 
-A tier is configured when it has an API key and a model (``settings.KEFU_TIERS``, tier name ->
-``routing.upstream.config.TierConfig``; a tier without its own base URL or key uses
-``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, config/settings.py). The rest of the router reads the
-tiers through the functions here.
+A tier is configured when it has an API key and a model its endpoint may be called with
+(``settings.KEFU_TIERS``, tier name -> ``routing.upstream.config.TierConfig``; a tier without its own
+base URL or key uses ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, config/settings.py): the endpoint's
+``GET /models`` lists it, or could not be read (routing.upstream.listing). A tier without a named
+model uses the first of its preference list the endpoint lists, at that model's prices
+(:func:`deployment`). :func:`check_tiers` / :func:`check_tiers_async` ask the endpoints before the
+first call. The rest of the router reads the tiers through the functions here.
 
 Each tier has one or two *deployments* (variants): ``current``, the tier's own model, and
 ``candidate``, the canary model (``KEFU_<TIER>_CANARY_*``; routing.upstream.canary decides which
@@ -15,13 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import weakref
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from routing.providers.base import Provider, ProviderConfig
+from routing.upstream import catalog, listing
 from routing.upstream.config import Deployment, TierConfig
+from routing.upstream.listing import Resolution
 
 if TYPE_CHECKING:
     from routing.providers.openai_remote import OpenAIProvider
@@ -47,26 +54,145 @@ def known_tier(tier: str) -> bool:
     return tier in settings.KEFU_TIERS
 
 
-def deployment(tier: str, variant: str = CURRENT) -> Deployment:
-    """One deployment of ``tier``: the tier's own (``current``), or for ``candidate`` the canary's
-    model, base URL, key and prices where it sets them, the tier's elsewhere
-    (:attr:`TierConfig.candidate`). Raises ``KeyError`` for an unknown tier."""
+def configured_deployment(tier: str, variant: str = CURRENT) -> Deployment:
+    """One deployment of ``tier`` as configured, before its endpoint's list chose a model: the
+    tier's own (``current``), or for ``candidate`` the canary's model, base URL, key and prices
+    where it sets them, the tier's elsewhere (:attr:`TierConfig.candidate`). Raises ``KeyError``
+    for an unknown tier."""
     t = tier_settings(tier)
     return t.current if variant == CURRENT else t.candidate
 
 
+def resolution(tier: str, variant: str = CURRENT) -> Resolution:
+    """What ``tier``'s deployment may call now (routing.upstream.listing.resolve): its model and
+    ``state`` (``unchecked`` / ``on`` / ``unverified`` / ``off``, with a detail naming the
+    variable to set). Raises ``KeyError`` for an unknown tier."""
+    t = tier_settings(tier)
+    prefix = f"KEFU_{tier.upper()}_"
+    if variant == CURRENT:
+        return listing.resolve(
+            t.current,
+            preferences=t.preferences,
+            variable=f"{prefix}MODEL",
+            key_variable=f"{prefix}API_KEY or OPENAI_API_KEY",
+        )
+    return listing.resolve(
+        t.candidate,
+        preferences=(),
+        variable=f"{prefix}CANARY_MODEL",
+        key_variable=f"{prefix}CANARY_API_KEY, {prefix}API_KEY or OPENAI_API_KEY",
+    )
+
+
+def deployment(tier: str, variant: str = CURRENT) -> Deployment:
+    """The deployment ``tier`` calls (:func:`configured_deployment`), its model the one its
+    endpoint's list chose from the tier's preference list, at that model's list prices
+    (routing.upstream.catalog.PRICES) where ``KEFU_<TIER>_PRICE_*`` did not set them. Raises
+    ``KeyError`` for an unknown tier."""
+    d = configured_deployment(tier, variant)
+    if variant != CURRENT or not tier_settings(tier).preferences:
+        return d
+    model = resolution(tier).model
+    if model == d.model:
+        return d
+    named = tier_settings(tier).named_prices
+    listed = catalog.PRICES.get(model)
+    prices: dict[str, float] = {}
+    if listed is not None:
+        for field, price in zip(
+            ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"), listed, strict=True
+        ):
+            if field not in named:
+                prices[field] = price
+    return replace(d, model=model, **prices)  # type: ignore[arg-type]
+
+
 def tier_configured(tier: str) -> bool:
-    """Whether ``tier`` may be called: it has an API key and a model."""
+    """Whether ``tier`` may be called: it has an API key and a model, and its endpoint's list
+    has the model or could not be read (:func:`resolution`; before the first answer too: the
+    caller runs :func:`check_tiers_async` first)."""
     if not known_tier(tier):
         return False
     own = tier_settings(tier).current
-    return bool(own.api_key and own.model)
+    return bool(own.api_key and own.model) and resolution(tier).callable
 
 
 def candidate_configured(tier: str) -> bool:
-    """Whether ``tier`` has a canary candidate that may be called: the tier is configured and
-    ``KEFU_<TIER>_CANARY_MODEL`` is set (its key and base URL default to the tier's)."""
-    return tier_configured(tier) and bool(tier_settings(tier).canary.model)
+    """Whether ``tier`` has a canary candidate that may be called: the tier is configured,
+    ``KEFU_<TIER>_CANARY_MODEL`` is set (its key and base URL default to the tier's) and its
+    endpoint's list has it or could not be read."""
+    return tier_configured(tier) and bool(tier_settings(tier).canary.model) and resolution(tier, CANDIDATE).callable
+
+
+def _to_check(tiers: list[str] | None = None) -> list[tuple[str, str]]:
+    """(tier, variant) of every deployment with a key, of ``tiers`` (None: all known)."""
+    found: list[tuple[str, str]] = []
+    for tier in TIER_ORDER if tiers is None else tiers:
+        if not known_tier(tier):
+            continue
+        t = tier_settings(tier)
+        if t.current.api_key:
+            found.append((tier, CURRENT))
+            if t.canary.model:
+                found.append((tier, CANDIDATE))
+    return found
+
+
+def check_tiers(tiers: list[str] | None = None, *, force: bool = False) -> dict[str, Resolution]:
+    """Ask each endpoint of ``tiers``' deployments (None: every tier's) for its models, blocking
+    (routing.upstream.listing.check: once per endpoint and process, again with ``force``), and
+    log each tier that is off or unverified once. Returns ``"<tier>"`` / ``"<tier> candidate"``
+    -> its :class:`Resolution`. Never raises."""
+    done: dict[str, Resolution] = {}
+    for tier, variant in _to_check(tiers):
+        listing.check(configured_deployment(tier, variant), force=force)
+        who = tier if variant == CURRENT else f"{tier} candidate"
+        done[who] = resolution(tier, variant)
+        listing.report(f"the {who} tier" if variant == CURRENT else f"the {tier} tier's candidate", done[who])
+    return done
+
+
+async def check_tiers_async() -> None:
+    """:func:`check_tiers` for the deployments whose endpoint has not answered in this process
+    yet, in a thread (the event loop never waits on the network here); returns at once when all
+    have (the usual case: the warm-up asked at start)."""
+    if any(listing.listing(configured_deployment(t, v)) is None for t, v in _to_check()):
+        await asyncio.to_thread(check_tiers)
+
+
+def recheck_tier(tier: str) -> None:
+    """Forget what ``tier``'s endpoints answered and ask them again in the background: a canary
+    promoted or rolled back. Until the answer, the tier's calls wait for it
+    (:func:`check_tiers_async`)."""
+    for t, v in _to_check([tier]):
+        listing.forget(configured_deployment(t, v))
+    threading.Thread(target=check_tiers, args=([tier],), name="kefu-models-recheck", daemon=True).start()
+
+
+def tier_states() -> dict[str, str]:
+    """Each tier's standing for people (``/healthz``, the ops page): ``"ok: <model>"``,
+    ``"unverified: ..."``, ``"off: ..."`` (naming the variable to set and the models the
+    endpoint offers), ``"checking"`` before the first answer, or ``"not configured: ..."``
+    without a key. A candidate is reported as ``"<tier> candidate"`` when off or unverified."""
+    states: dict[str, str] = {}
+    for tier in TIER_ORDER:
+        if not known_tier(tier):
+            continue
+        if not tier_settings(tier).current.api_key:
+            states[tier] = f"not configured: no API key (KEFU_{tier.upper()}_API_KEY or OPENAI_API_KEY)"
+            continue
+        for variant in (CURRENT, CANDIDATE) if tier_settings(tier).canary.model else (CURRENT,):
+            r = resolution(tier, variant)
+            who = tier if variant == CURRENT else f"{tier} candidate"
+            if r.state == "on":
+                states[who] = f"ok: {r.model}"
+            elif r.state == "unchecked":
+                states[who] = "checking"
+            elif r.state == "unverified":
+                states[who] = r.detail
+            else:
+                states[who] = f"off: {r.detail}"
+    return states
 
 
 def candidate_share(tier: str) -> float:

@@ -199,8 +199,11 @@ class FakeOpenAIWithLimits(FakeOpenAI):
 def limited_upstream(settings) -> Iterator[FakeOpenAIWithLimits]:
     server = FakeOpenAIWithLimits.start()
     server.upstream_headers = []
+    # Each tier configured on its own (a KEFU_<TIER>_MODEL), so a failing tier falls back to the next.
     settings.KEFU_TIERS = {
-        tier: cfg.with_current(base_url=server.base_url, api_key="test-key", model=f"fake-{tier}")
+        tier: replace(cfg, dedicated=True).with_current(
+            base_url=server.base_url, api_key="test-key", model=f"fake-{tier}"
+        )
         for tier, cfg in settings.KEFU_TIERS.items()
     }
     settings.KEFU_LLM_FIRST_TOKEN_TIMEOUT_S = 2.0

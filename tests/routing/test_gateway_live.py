@@ -57,6 +57,10 @@ def kefu(live_kefu, fake_openai):
             "OPENAI_API_KEY": "upstream-key",
             "OPENAI_BASE_URL": fake_openai.base_url,
             "KEFU_SIMPLE_MODEL": "fake-simple",
+            # A model the price table does not know is priced as set (DeepSeek V3.2's list prices).
+            "KEFU_SIMPLE_PRICE_INPUT": "0.28",
+            "KEFU_SIMPLE_PRICE_CACHED_INPUT": "0.028",
+            "KEFU_SIMPLE_PRICE_OUTPUT": "0.42",
             "KEFU_MEDIUM_MODEL": "fake-medium",
             "KEFU_COMPLEX_MODEL": "fake-complex",
             "KEFU_LLM_FIRST_TOKEN_TIMEOUT_S": "3",

@@ -194,8 +194,20 @@ async def test_the_remote_prompt_keeps_what_fits_the_budget(
 # --- What a FAQ / cache / shared answer saved (routing.upstream.ledger.saved_usd) ------------------------------
 
 
-def test_saved_usd_prices_the_answer_at_the_tier_that_would_have_answered() -> None:
+def test_saved_usd_prices_the_answer_at_the_tier_that_would_have_answered(settings) -> None:
     from decimal import Decimal
+
+    # The simple tier names deepseek-chat at its list prices (the default is the preference list's
+    # choice, routing/upstream/catalog.py).
+    settings.KEFU_TIERS = {
+        **settings.KEFU_TIERS,
+        "simple": settings.KEFU_TIERS["simple"].with_current(
+            model="deepseek-chat",
+            price_input_per_mtok=0.28,
+            price_cached_input_per_mtok=0.028,
+            price_output_per_mtok=0.42,
+        ),
+    }
 
     answer = "Yes, it has an inline dimmer."
     completion = count_tokens(answer, MODEL)

@@ -173,6 +173,15 @@ def test_threads_racing_for_one_budget_never_hold_more_than_it() -> None:
 
 
 def test_the_most_a_call_can_cost_is_its_prompt_and_max_tokens_at_list_prices(settings: Any) -> None:
+    settings.KEFU_TIERS = {
+        **settings.KEFU_TIERS,
+        "simple": settings.KEFU_TIERS["simple"].with_current(
+            model="deepseek-chat",
+            price_input_per_mtok=0.28,
+            price_cached_input_per_mtok=0.028,
+            price_output_per_mtok=0.42,
+        ),
+    }
     request = ChatRequest(messages=[{"role": "user", "content": "hello"}], model="x", max_tokens=1000)
     # simple (deepseek-chat): 1000 completion tokens x $0.42/M = $0.00042, plus a prompt of a few tokens x $0.28/M
     usd = max_cost_usd("simple", request)
@@ -263,6 +272,7 @@ async def test_no_fallback_into_a_tier_the_budget_closed(remote: Any) -> None:
 def dedicated_tiers(settings: Any) -> None:
     """Let the tier classifier choose every tier (each configured on its own)."""
     settings.KEFU_TIERS = {t: replace(cfg, dedicated=True) for t, cfg in settings.KEFU_TIERS.items()}
+    settings.KEFU_TIER_ROUTING = True
 
 
 def deltas(frames: list[dict[str, Any]]) -> str:

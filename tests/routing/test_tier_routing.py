@@ -40,6 +40,7 @@ def tiers(settings, remote):
         }
 
     reset_classifier()
+    settings.KEFU_TIER_ROUTING = True  # the remote fixture turns it off
     configure()
     yield configure
     reset_classifier()

@@ -36,6 +36,11 @@ def test_healthz_is_503_until_the_faq_model_is_loaded_then_200(client, faq):
         "cache": "ok",
         "faq_model": "ok",
         "router": "ok",
+        # The remote tiers' standing, a detail that never makes /healthz 503 (issue 28): no key here.
+        "tiers": {
+            tier: f"not configured: no API key (KEFU_{tier.upper()}_API_KEY or OPENAI_API_KEY)"
+            for tier in ("simple", "medium", "complex")
+        },
     }
     faq.model = None
     r = client.get("/healthz")

@@ -30,6 +30,11 @@ async def test_embedded_defaults_flow(live_kefu):
         "cache": "ok",
         "faq_model": "ok",
         "router": "ok",
+        # The remote tiers' standing, a detail that never makes /healthz 503 (issue 28): no key here.
+        "tiers": {
+            tier: f"not configured: no API key (KEFU_{tier.upper()}_API_KEY or OPENAI_API_KEY)"
+            for tier in ("simple", "medium", "complex")
+        },
     }
     async with websockets.connect(kefu.ws, origin=kefu.base) as ws:
         await ws.send(json.dumps({"type": "hello"}))

@@ -25,7 +25,7 @@ from routing.types import CallContext
 from routing.upstream import ledger
 from routing.upstream.call import Answered, Call
 from routing.upstream.resilience import stream_with_fallback
-from routing.upstream.tiers import check_tiers_async, provider_for, tier_model
+from routing.upstream.tiers import provider_for, tier_model
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ async def complete(
     upstream's default. Raises ``ProviderError`` when every attempt failed or the stream broke;
     ``KeyError`` for an unknown tier. Cancelling the caller abandons the call (its ledger row says
     ``abandoned``)."""
-    await check_tiers_async()  # no deployment called before its GET /models answered
+    # stream_with_fallback asks the endpoints for their models before any call and sets each
+    # attempt's model from the answer: nothing to check here.
     request = ChatRequest(messages=messages, model=tier_model(tier), max_tokens=max_tokens, temperature=temperature)
     return await complete_call(Call(tier=tier, request=request, provider=provider_for(tier), context=context))
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -15,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from tests.processes import celery_worker as worker
+from tests.processes import manage
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -29,24 +31,6 @@ TURNS = [
     ("shopper", "Does the walnut floor lamp come with a dimmer switch?"),
     ("bot", "Yes, an inline dimmer."),
 ]
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-    )
-    return out.stdout
-
-
-def worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [str(Path(sys.executable).parent / "celery"), "-A", "config", "worker", "--pool=solo", "--loglevel=INFO"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
 
 
 def summary_of(pg: str, conversation: str) -> tuple[str, int]:

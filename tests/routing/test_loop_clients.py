@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ import psycopg
 import pytest
 
 from lib.loops import PerLoop
+from tests.processes import celery_worker, manage
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -48,13 +48,6 @@ for c in conversations:
     summarise_conversation.delay(str(c.pk))
 print("seeded", len(conversations))
 """
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-    )
-    return out.stdout
 
 
 def summarised(pg: str) -> int:
@@ -91,21 +84,7 @@ def test_a_celery_worker_holds_the_same_redis_connections_after_1000_tier_calls(
         assert "seeded 1000" in manage(env, "shell", "-c", SEED)
 
         log = tmp_path / "worker.log"
-        worker = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "celery"),
-                "-A",
-                "config",
-                "worker",
-                "--pool=solo",
-                "--loglevel=WARNING",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        worker = celery_worker(env, log, loglevel="WARNING")
         redis = private_redis.client()
         redis.client_setname("loop-clients-test")
         try:

@@ -43,8 +43,11 @@ beat: install
 
 # The whole suite. Redis, PostgreSQL and Chromium are used where they are (REDIS_URL,
 # TEST_DATABASE_URL, /usr/bin/chromium); tests that need a missing one are skipped with the reason.
+# PYTEST_WORKERS processes (pytest-xdist; default one per core) take whole test files, so a file's
+# module fixtures (live servers, workers) start once; PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Lint, format, types and the import contracts of docs/architecture.md. Runs before every commit and in CI.
 check: install

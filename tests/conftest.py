@@ -436,6 +436,31 @@ def remote(settings: Any, fake_openai: Any) -> Any:
     return fake_openai
 
 
+# Files that take minutes (a Celery worker's 1,000 tasks, two live workers, browsers): they are
+# collected first, so that under `make test`'s workers (pytest-xdist, whole files per worker) the
+# longest start at once and the short ones fill in after them, not the other way round.
+SLOW_FIRST = (
+    "tests/routing/test_loop_clients.py",
+    "tests/e2e/test_widget_browser.py",
+    "tests/chat/test_live_stack.py",
+    "tests/chat/test_graceful_shutdown.py",
+    "tests/e2e/test_console_browser.py",
+    "tests/chat/test_redis_faults.py",
+    "tests/routing/test_gateway_live.py",
+)
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Moves the files of ``SLOW_FIRST`` to the front, in that order; each file keeps its own order."""
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+
+    def key(item: Any) -> int:
+        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        return rank.get(path, len(SLOW_FIRST))
+
+    items.sort(key=key)  # stable: everything else keeps the collection order
+
+
 _skipped: list[str] = []
 
 

@@ -88,9 +88,10 @@ async def test_a_polite_first_turn_never_reaches_another_shopper_on_the_other_wo
             # The compliant upstream did what the first turn asked: the attack is real.
             assert poisoned["route"].startswith("llm.") and "http://evil.example/pay" in poisoned["text"]
 
-            # The attacker's answer is never stored; the Celery worker re-makes a clean one.
+            # Once the question is in the cache (before the fix: the attacker's answer at once;
+            # now: the clean one the Celery worker re-makes), another shopper asks it.
             deadline = time.monotonic() + 240
-            while not remade(pg_database) or QUESTION not in cached(pg_database):
+            while QUESTION not in cached(pg_database):
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
                 assert worker.poll() is None, log.read_text()[-3000:]
                 time.sleep(0.5)

@@ -1,10 +1,16 @@
-"""What may be cached: personal data and context-dependent questions are never shared.
+"""What may be cached: personal data, context-dependent questions, links to other sites and
+payment instructions are never shared.
 
 An answer made for one shopper is served to every other shopper whose question matches, so a
 question or answer that carries anything personal (order or invoice numbers, e-mail addresses,
 phone numbers, card numbers, street addresses, names) must never be stored. A follow-up ("and the
 blue one?") only makes sense with the turns before it, so it is neither stored nor looked up until
 it has been rewritten into a standalone question (issue 3, point 3).
+
+An answer is also refused when it carries a link to a domain that is not the store's own nor one
+it lists (``KEFU_ANSWER_LINK_DOMAINS``), or payment instructions ("transfer the amount to IBAN
+...", "转账到...", "envíe el pago a ..."): a shopper may have talked the model into them (issue 29,
+point 2), and a shared answer would hand them to every shopper asking the same question.
 
 The rules are deliberately broad: a refused store costs one remote answer; a wrong one leaks data.
 Every function returns a short machine-readable reason so the caller can log why.
@@ -14,7 +20,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 
+from django.conf import settings
+
+from lib.links import foreign_links, host_of
 from lib.text import CJK_CLASS
 
 _CJK = CJK_CLASS
@@ -51,6 +61,92 @@ _GREETED_BY_NAME = re.compile(
     r",?\s+(?!there\b|again\b|for\b|so\b|very\b|all\b|everyone\b|and\b|you\b)([A-Z][a-z]+)\s*(?:[,!.]|$)",
     re.IGNORECASE,
 )
+
+
+# Payment instructions: where to send money, in English, Chinese and Spanish. An IBAN, a crypto
+# wallet address, or wording that points a payment somewhere ("pay to", "wire the amount to",
+# "转账到", "envíe el pago a"). Naming payment methods ("we accept bank transfer and PayPal") is
+# not an instruction and passes.
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
+_CRYPTO_ADDRESS = re.compile(
+    r"\b(?:0x[0-9a-fA-F]{40}|bc1[02-9ac-hj-np-z]{25,60}|[13][1-9A-HJ-NP-Za-km-z]{25,34}|T[1-9A-HJ-NP-Za-km-z]{33})\b"
+)
+_PAYMENT_EN = re.compile(
+    r"\b(?:pay(?:ment)?s?|send|sending|transfer|transferring|wire|wiring|deposit|remit)\b"
+    r"(?:\s+(?:the|your|this|it|all|full|total|money|funds|amount|payment|balance|directly|instead|now|first|"
+    r"\$?\d[\d.,]*|usd|eur|dollars?|euros?)){0,4}\s+(?:to|into|via|at)\s+(?:(?:our|my|this|the|a|an)\s+)?"
+    r"(?:account|wallet|address|iban|paypal|venmo|zelle|cash\s?app|western\s+union|moneygram|bank|"
+    r"bitcoin|btc|usdt|eth|crypto|https?://|www\.|[a-z0-9.-]+\.[a-z]{2,24}\b)"
+    r"|\b(?:iban|swift(?:/bic)?|bic|sort\s+code|routing\s+number|account\s+number|beneficiary|wallet\s+address|"
+    r"(?:bitcoin|btc|crypto(?:currency)?|usdt|ethereum)\s+(?:wallet|address))\b"
+    r"|\bpay\s+(?:with|using|in)\s+(?:gift\s+cards?|itunes|steam\s+cards?|bitcoin|crypto)",
+    re.IGNORECASE,
+)
+_PAYMENT_ZH = re.compile(
+    r"(?:转账|汇款|打款|付款|支付|转入|汇入|打钱|充值)(?:[^。！？\n]{0,12})?(?:到|至|给)(?:[^。！？\n]{0,12})?"
+    r"(?:账户|账号|帐户|帐号|卡号|钱包|地址|收款)"
+    r"|收款(?:账户|账号|帐户|帐号|人|码|地址)|银行(?:账号|帐号|卡号)|钱包地址|(?:比特币|加密货币|以太坊|USDT)(?:钱包|地址)"
+    r"|私下(?:转账|付款|交易)"
+)
+_PAYMENT_ES = re.compile(
+    r"\b(?:pag(?:a|ar|ue|uen)|env(?:í|i)(?:a|ar|e|en)|transf(?:iere|erir|iera|ieran)|deposit(?:a|ar|e|en)|"
+    r"ingres(?:a|ar|e|en)|gir(?:a|ar|e|en))\b"
+    r"(?:\s+(?:el|la|los|las|su|tu|dinero|pago|importe|monto|total|fondos|saldo|directamente|\d[\d.,]*|€|\$)){0,4}"
+    r"\s+(?:a|en|al)\s+(?:(?:la|el|nuestra|nuestro|esta|este|mi)\s+)?"
+    r"(?:cuenta|billetera|cartera|monedero|direcci(?:ó|o)n|iban|paypal|bizum|bitcoin|cripto)"
+    r"|\b(?:n(?:ú|u)mero\s+de\s+cuenta|cuenta\s+bancaria\s+(?:n(?:ú|u)mero|es)|"
+    r"(?:billetera|cartera|monedero)\s+(?:de\s+)?(?:bitcoin|cripto\w*|usdt)|direcci(?:ó|o)n\s+de\s+(?:la\s+)?(?:billetera|cartera))\b",
+    re.IGNORECASE,
+)
+
+
+def payment_instructions(text: str) -> str | None:
+    """The kind of payment instruction in ``text`` or ``None``: ``"iban"`` (an IBAN-shaped
+    account number), ``"crypto_address"`` (a Bitcoin, Ethereum or Tron address), ``"payment_en"``,
+    ``"payment_zh"``, ``"payment_es"`` (wording that points a payment to an account, wallet,
+    address or site). Checked on the NFKC form."""
+    t = unicodedata.normalize("NFKC", text)
+    if _IBAN.search(t):
+        return "iban"
+    if _CRYPTO_ADDRESS.search(t):
+        return "crypto_address"
+    for kind, pattern in (("payment_en", _PAYMENT_EN), ("payment_zh", _PAYMENT_ZH), ("payment_es", _PAYMENT_ES)):
+        if pattern.search(t):
+            return kind
+    return None
+
+
+def link_domains() -> list[str]:
+    """The domains an answer shared with other shoppers may link to (normalised hosts,
+    ``lib.links.normalise_host``; a subdomain of one is allowed too): the store's own, read from
+    the hosts of ``KEFU_WIDGET_ORIGINS``, ``ALLOWED_HOSTS`` (not ``*``), ``KEFU_SHOPIFY_SHOP``,
+    ``CSRF_TRUSTED_ORIGINS`` and the URL values of ``KEFU_STORE_PLACEHOLDERS``, plus those
+    listed in ``KEFU_ANSWER_LINK_DOMAINS``. Sorted, without duplicates."""
+    sources: list[str] = [
+        *getattr(settings, "KEFU_WIDGET_ORIGINS", []),
+        *(h for h in getattr(settings, "ALLOWED_HOSTS", []) if h.strip(".") not in {"*", ""}),
+        *getattr(settings, "CSRF_TRUSTED_ORIGINS", []),
+        getattr(settings, "KEFU_SHOPIFY_SHOP", ""),
+        *getattr(settings, "KEFU_ANSWER_LINK_DOMAINS", []),
+    ]
+    placeholders = getattr(settings, "KEFU_STORE_PLACEHOLDERS", {}) or {}
+    sources += [v for v in placeholders.values() if isinstance(v, str) and ("//" in v or v.startswith("www."))]
+    hosts = {host_of(s) for s in sources if isinstance(s, str)}
+    return sorted(h for h in hosts if h and h != "*")
+
+
+def may_share_answer(text: str, domains: Iterable[str]) -> tuple[bool, str]:
+    """Whether an answer's links and wording let it reach other shoppers: ``(ok, reason)``.
+
+    Reasons: ``"ok"``, ``"foreign_link"`` (a link whose host is not one of ``domains`` nor under
+    one, ``lib.links.foreign_links``), or a kind of :func:`payment_instructions` (``"iban"``,
+    ``"crypto_address"``, ``"payment_en"``...)."""
+    if foreign_links(text, domains):
+        return False, "foreign_link"
+    kind = payment_instructions(text)
+    if kind:
+        return False, kind
+    return True, "ok"
 
 
 def luhn_ok(digits: str) -> bool:
@@ -283,14 +379,19 @@ def may_cache_answer(text: str) -> tuple[bool, str]:
     """Whether an answer may be shared with other shoppers: ``(ok, reason)``.
 
     Refuses empty answers, answers that carry personal data (an answer that repeats the
-    shopper's order number or e-mail address was made for that shopper only), and answers that
-    greet or thank someone by name (``"greets_by_name"``: "Thanks, Alice! Yes, we ship...").
+    shopper's order number or e-mail address was made for that shopper only), answers that
+    greet or thank someone by name (``"greets_by_name"``: "Thanks, Alice! Yes, we ship..."),
+    and answers :func:`may_share_answer` refuses with the store's :func:`link_domains`
+    (``"foreign_link"``, ``"iban"``, ``"payment_en"``...).
     """
     if not text or not text.strip():
         return False, "empty"
     kind = personal_data(text)
     if kind:
         return False, kind
+    ok, reason = may_share_answer(text, link_domains())
+    if not ok:
+        return False, reason
     t = unicodedata.normalize("NFKC", text)
     for m in _GREETED_BY_NAME.finditer(t):
         if m.group(1)[0].isupper():  # IGNORECASE covers the greeting; the name stays capitalised

@@ -448,6 +448,15 @@ def near_miss(*, question: str, scope: str, embedding: np.ndarray | None) -> Nea
     return None
 
 
+def has_live_entry(*, question: str, scope: str) -> bool:
+    """Whether ``scope`` holds a live (unexpired) entry for ``question``'s exact key (one database
+    query; no hit is recorded). False for a question that cannot be a key."""
+    key = exact_key_text(question)
+    if not key:
+        return False
+    return CachedAnswer.objects.filter(scope=scope, key_hash=_key_hash(key), expires_at__gt=timezone.now()).exists()
+
+
 # --- Store -------------------------------------------------------------------------------------------
 
 

@@ -238,3 +238,10 @@ def user_is_agent(user: Any) -> bool:
 def conversation_owner(*, conversation_id: uuid.UUID) -> tuple[str, int | None, str] | None:
     """``(status, agent_id, agent_name)`` of a conversation, or None when it does not exist."""
     return Conversation.objects.filter(pk=conversation_id).values_list("status", "agent_id", "agent_name").first()
+
+
+def answer_link_domains() -> list[str]:
+    """The domains a bot answer may show as links (the ``conversation`` frame's ``link_domains``):
+    the store's own and those in ``KEFU_ANSWER_LINK_DOMAINS``, lower case, IDNA-encoded, sorted
+    (``routing.services.answer_link_domains``). No query."""
+    return router.answer_link_domains()

@@ -295,6 +295,11 @@ KEFU_WIDGET_ORIGINS = env.list(
     "KEFU_WIDGET_ORIGINS",
     default=["http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"],
 )
+# Domains a model answer shared with other shoppers (answer cache, single flight) may link to, and
+# that the widget shows as links, besides the store's own (the hosts of KEFU_WIDGET_ORIGINS,
+# ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, KEFU_SHOPIFY_SHOP, KEFU_STORE_PLACEHOLDERS' URLs; a subdomain
+# of one counts too). cache_layer/policy.py, docs/security.md.
+KEFU_ANSWER_LINK_DOMAINS = env.list("KEFU_ANSWER_LINK_DOMAINS", default=[])
 KEFU_MAX_SOCKETS_PER_IP = env.int("KEFU_MAX_SOCKETS_PER_IP", default=16)
 KEFU_MESSAGES_PER_MINUTE_PER_IP = env.int("KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
 KEFU_MAX_MESSAGE_CHARS = env.int("KEFU_MAX_MESSAGE_CHARS", default=2000)
@@ -566,6 +571,10 @@ KEFU_CACHE_SLOT_COSINE = env.float("KEFU_CACHE_SLOT_COSINE", default=0.88)
 # every slot agreeing) is judged off the shopper's path by the simple tier; a "same" verdict lets
 # the entry answer new questions down to that cosine. No simple tier: nothing is judged.
 KEFU_CACHE_PROMOTION = env.bool("KEFU_CACHE_PROMOTION", default=True)
+# An answer made with a shopper's earlier turns is never shared; with this on, a clean answer to
+# its standalone question is re-made off the shopper's path (Celery, ledger purpose "remake") and
+# that one is cached (routing/cache_review/remake.py).
+KEFU_CACHE_REMAKE = env.bool("KEFU_CACHE_REMAKE", default=True)
 KEFU_CACHE_PROMOTE_MIN_COSINE = env.float("KEFU_CACHE_PROMOTE_MIN_COSINE", default=0.80)
 # The slot guard's vocabulary (cache_layer/slots.py): a store's extra slots and values (its product
 # categories...), merged over cache_layer/data/slots.json; "" = the shipped vocabulary only.

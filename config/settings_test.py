@@ -25,6 +25,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # test ended and write to the database while the next test sets up. Their own tests switch them on.
 KEFU_CACHE_AUDIT_RATE = 0.0
 KEFU_CACHE_PROMOTION = False  # the judge of near misses, likewise
+KEFU_CACHE_REMAKE = False  # clean remakes of answers made with history, likewise
 KEFU_SUMMARY_MIN_TURNS = 0
 # Likewise the keep-warm requests to a test's upstream (its own tests switch it on).
 KEFU_UPSTREAM_KEEPWARM_S = 0.0

@@ -103,6 +103,7 @@ class Purpose(models.TextChoices):
     SUGGESTION = "suggestion", "Suggested reply for an agent"
     AUDIT = "audit", "Answer-cache audit"
     JUDGE = "judge", "Answer-cache promotion judge"
+    REMAKE = "remake", "Answer-cache clean remake (no shopper history)"
     GATEWAY = "gateway", "Gateway (/v1/chat/completions)"
 
 

@@ -27,6 +27,7 @@ from decimal import Decimal
 from django.conf import settings
 
 from cache_layer import audit as cache_audit
+from cache_layer import policy as cache_policy
 from routing import tasks, warmup
 from routing.decide import answers, classify, injection, strategy
 from routing.decide.decision import Decision
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Answer",
     "AnswerCut",
+    "answer_link_domains",
     "answer_open",
     "answer_prepare",
     "cached_answer_mark_wrong",
@@ -315,6 +317,19 @@ class Answer:
                     )
                 except Exception:  # promotion is an optimisation: a failure is logged, never shown
                     log.exception("judging a near miss of the answer cache failed")
+            elif self._remake_wanted(decision):
+                # Made with this shopper's history: never shared; a clean answer to the standalone
+                # question is re-made off this path and cached instead (routing.cache_review.remake).
+                plan = self._decision
+                try:
+                    await tasks.maybe_remake_async(
+                        question=decision.cache_question or question.text,
+                        scope=decision.cache_scope,
+                        tier=plan.tier or "",
+                        locale=decision.locale,
+                    )
+                except Exception:  # a remake is an optimisation: a failure is logged, never shown
+                    log.exception("handing off a clean remake for the answer cache failed")
         elif record.route == "cache.semantic" and decision.cache_entry_id is not None:
             try:
                 await tasks.maybe_audit_async(
@@ -325,10 +340,34 @@ class Answer:
             except Exception:  # an audit is a measurement: a failure is logged, never shown
                 log.exception("sampling cache hit %s for audit failed", decision.cache_entry_id)
 
+    def _remake_wanted(self, decision: Decision) -> bool:
+        """Whether this unshared remote answer (``decision``, as it ended) calls for a clean
+        remake: planned so (``Decision.remake``), a cache scope, no flag on the question (a
+        question that tries to instruct the model is not re-asked), no store tools in its request
+        (an order's answer is its shopper's alone)."""
+        plan = self._decision
+        return (
+            plan.remake
+            and not decision.shareable
+            and bool(decision.cache_scope)
+            and not self.flags
+            and plan.tier is not None
+            and (plan.request is None or not plan.request.tools)
+        )
+
 
 def _leak() -> ProviderError:
     log.warning("a remote answer repeated the assistant's instructions; stopped")
     return ProviderError("the answer repeated the assistant's instructions", code="refused", permanent=True)
+
+
+def answer_link_domains() -> list[str]:
+    """The domains an answer shared with other shoppers may link to, which the widget also shows
+    as links in a bot answer (a link elsewhere is shown as plain text): the store's own (hosts of
+    ``KEFU_WIDGET_ORIGINS``, ``ALLOWED_HOSTS``, ``CSRF_TRUSTED_ORIGINS``, ``KEFU_SHOPIFY_SHOP``,
+    ``KEFU_STORE_PLACEHOLDERS``' URLs) and ``KEFU_ANSWER_LINK_DOMAINS``; a subdomain of one counts
+    too. Normalised hosts, sorted (``cache_layer.policy.link_domains``)."""
+    return cache_policy.link_domains()
 
 
 def answer_pieces(text: str) -> list[str]:

@@ -78,10 +78,11 @@ async def maybe_audit_async(*, entry_id: int, question: str, message_id: int | N
 
 
 async def drain() -> None:
-    """Wait until every audit and judgement handed off by :func:`maybe_audit_async` and
-    :func:`maybe_judge_async` on this loop has ended."""
+    """Wait until every audit, judgement and remake handed off by :func:`maybe_audit_async`,
+    :func:`maybe_judge_async` and :func:`maybe_remake_async` on this loop has ended."""
     await _background.drain()
     await _judges.drain()
+    await _remakes.drain()
 
 
 @shared_task(name="routing.tasks.judge_near_miss", ignore_result=True)
@@ -130,6 +131,48 @@ async def maybe_judge_async(*, question: str, scope: str, embedding: np.ndarray 
     if not promotion.enabled():
         return False
     _judges.start(lambda: maybe_judge(question=question, scope=scope, embedding=embedding))
+    return True
+
+
+@shared_task(name="routing.tasks.remake_clean_answer", ignore_result=True)
+def remake_clean_answer(question: str, scope: str, tier: str, locale: str) -> bool:
+    """Re-make a clean answer to ``question`` (a standalone question whose shopper's answer held
+    their history and was not shared) at ``tier`` and cache it in ``scope``
+    (``routing.cache_review.remake.remake``). Takes the question's text, not an id: the
+    standalone rewrite of a follow-up is stored nowhere else, and the cache policy already found
+    no personal data in it. Returns whether an entry was stored. Never raises for a failed call."""
+    from routing.cache_review import remake
+
+    return remake.remake(question=question, scope=scope, tier=tier, locale=locale)
+
+
+def maybe_remake(*, question: str, scope: str, tier: str, locale: str) -> bool:
+    """After an unshared remote answer to ``question`` (cache scope ``scope``, planned at
+    ``tier``): when a clean remake is wanted (``routing.cache_review.remake.wanted``: remakes on,
+    a question the cache may key on, no live entry yet), enqueue :func:`remake_clean_answer` when
+    the current transaction commits. Returns whether it was enqueued. Synchronous; with eager
+    Celery the remake's call runs in this thread: from async code use :func:`maybe_remake_async`."""
+    from routing.cache_review import remake
+
+    if not remake.wanted(question=question, scope=scope):
+        return False
+    transaction.on_commit(
+        lambda: remake_clean_answer.delay(question=question, scope=scope, tier=tier, locale=locale), robust=True
+    )
+    return True
+
+
+_remakes = Background("re-making a clean answer for the answer cache")
+
+
+async def maybe_remake_async(*, question: str, scope: str, tier: str, locale: str) -> bool:
+    """:func:`maybe_remake` for the answering loop, in a worker thread it never waits for.
+    ``False`` when remakes are off (``KEFU_CACHE_REMAKE``, or the cache); :func:`drain` waits."""
+    from routing.cache_review import remake
+
+    if not remake.enabled():
+        return False
+    _remakes.start(lambda: maybe_remake(question=question, scope=scope, tier=tier, locale=locale))
     return True
 
 

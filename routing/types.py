@@ -83,7 +83,7 @@ class CallContext:
     ``conversation_id``: the chat conversation (UUID); ``message_id``: the shopper message being
     answered; ``api_key_id``: the gateway key (``routing.models.ApiKey``) for gateway calls;
     ``purpose``: what the call was for (``routing.models.Purpose``: ``answer``, ``rewrite``,
-    ``summary``, ``suggestion``, ``audit``, ``gateway``); ``payer``: whose spend budgets the call
+    ``summary``, ``suggestion``, ``audit``, ``judge``, ``remake``, ``gateway``); ``payer``: whose spend budgets the call
     is reserved against besides its tier's store-wide cap (``routing.upstream.budgets``; None: the cap only).
     """
 

@@ -188,6 +188,8 @@ class ShopperConsumer(FrameSocket):
                 "status": conv.status,
                 "protocol": PROTOCOL_VERSION,
                 "availability": told.as_dict(),
+                # A link in a bot answer to any other domain is shown as plain text (issue 29).
+                "link_domains": selectors.answer_link_domains(),
                 **({"customer": {"id": conv.customer_id, "name": conv.customer_name}} if conv.customer_id else {}),
             }
         )

@@ -36,25 +36,26 @@ log = logging.getLogger(__name__)
 AUDIT_TIER = "simple"  # the tier the router asks first (routing.decide.strategy.decide)
 
 
-def _question_vector(question: str) -> np.ndarray | None:
+def question_vector(question: str) -> np.ndarray | None:
     """The question's vector exactly as the router embeds it for the cache (normalised text, first
     ``ROUTING_MAX_CHARS`` characters; see ``routing.decide.classify.classify``)."""
     norm = normalise_text(question[:ROUTING_MAX_CHARS])
     return np.asarray(get_embedder().embed([norm])[0], dtype=np.float32) if norm else None
 
 
-def _grounding(question: str, locale: str, grounded_on: list[int]) -> list[tuple[str, str]]:
-    """The router's grounding for ``question`` (``routing.decide.classify.grounding_for``: the 3 closest FAQ
-    entries). A process without a FAQ model yet (a Celery worker) loads it first; if that fails,
-    the entries the cached answer was grounded on (``grounded_on``) are used instead."""
+def router_grounding(question: str, locale: str, grounded_on: list[int]) -> tuple[list[tuple[str, str]], list[int]]:
+    """The router's grounding for ``question`` (``routing.decide.classify.grounding_for``: the 3
+    closest FAQ entries as (question, answer) pairs, and their ids). A process without a FAQ model
+    yet (a Celery worker) loads it first; if that fails, the entries ``grounded_on`` (ids: a
+    cached answer's own grounding) are used instead."""
     try:
         registry.reload_if_changed()
-    except Exception:  # the model is an optimisation of the audit: fall back to the entry's grounding
-        log.exception("cache audit: FAQ model could not be loaded; using the entry's own grounding")
+    except Exception:  # the model is an optimisation here: fall back to the given grounding
+        log.exception("FAQ model could not be loaded; using the entries given instead")
     if registry.model is not None:
-        return grounding_for(question[:ROUTING_MAX_CHARS], locale)[0]
+        return grounding_for(question[:ROUTING_MAX_CHARS], locale)
     rows = FaqEntry.objects.filter(id__in=grounded_on).order_by("id")
-    return [(r.question, answers.fill_placeholders(r.answer, r.locale)) for r in rows]
+    return [(r.question, answers.fill_placeholders(r.answer, r.locale)) for r in rows], [r.id for r in rows]
 
 
 def audit_hit(*, audit_id: int) -> CacheAudit | None:
@@ -70,13 +71,13 @@ def audit_hit(*, audit_id: int) -> CacheAudit | None:
         return None
     vector: np.ndarray | None = None
     try:
-        vector = _question_vector(subject.question)
+        vector = question_vector(subject.question)
         if not tier_configured(AUDIT_TIER):
             return cache_audit.audit_error(
                 audit_id=audit_id, detail="no remote tier configured", question_vector=vector
             )
         locale = detect_locale(subject.question, subject.locale)
-        grounding = _grounding(subject.question, locale, subject.grounded_on)
+        grounding, _ids = router_grounding(subject.question, locale, subject.grounded_on)
         fresh = complete_blocking(
             messages=build_messages(grounding=grounding, history=[], text=subject.question, locale=locale),
             tier=AUDIT_TIER,

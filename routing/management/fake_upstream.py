@@ -120,6 +120,10 @@ class Behaviour:
         send_done: send the final `data: [DONE]` line.
         echo_prompt: a hostile upstream: answer with the whole prompt, every message's content
             (the system message first), one after the other (`text` is ignored).
+        compliant: a model that politely does what the conversation asked of it: every http(s)
+            link an earlier user message holds (not the last one) is repeated at the end of the
+            answer ("... Discount link: <url>"), as a shopper's "please mention <url> in every
+            reply" would have it. Without earlier user messages the answer is unchanged.
         tool_calls: the model calls these tools instead of (or after, with `text`) answering:
             ``[{"name": str, "arguments": dict | str, "id"?: str}]``, streamed as OpenAI streams
             them (a first delta with the id and name, then the arguments in three pieces) with
@@ -147,6 +151,7 @@ class Behaviour:
     model: str | None = None
     send_done: bool = True
     echo_prompt: bool = False
+    compliant: bool = False
     tool_calls: list[dict[str, Any]] | None = None
 
 
@@ -159,6 +164,13 @@ def _content_text(content: object) -> str:
             str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type") == "text"
         )
     return ""
+
+
+def _earlier_links(messages: list[dict[str, Any]]) -> list[str]:
+    """The http(s) links of every user message but the last, in order, without duplicates."""
+    users = [_content_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    links = [link for text in users[:-1] for link in re.findall(r"https?://[^\s<>\"']+", text)]
+    return list(dict.fromkeys(link.rstrip(".,;:!?)") for link in links))
 
 
 def default_answer(messages: list[dict[str, Any]]) -> str:
@@ -426,6 +438,8 @@ class FakeOpenAI:
             text = ""
         else:
             text = behaviour.text if behaviour.text is not None else default_answer(messages)
+        if behaviour.compliant and text:
+            text += "".join(f" Discount link: {link}" for link in _earlier_links(messages))
         pieces = split_text(text, behaviour.chunks) if text else []
         usage = {
             "prompt_tokens": (

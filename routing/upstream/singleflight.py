@@ -11,10 +11,10 @@ Who takes part: only questions the answer cache could key on — a non-empty cac
 :func:`cache_layer.policy.may_cache_question` ok (no personal data, not a follow-up; a follow-up
 takes part through its standalone rewrite, ``Decision.cache_question``). A shared answer is
 exactly what the cache would serve such a question later. The leader (the first question) must
-also be shareable (``Decision.shareable``, routing.decide.strategy): a prompt whose earlier turns or
-summary hold personal data or an instruction to the model, a rewritten follow-up or a flagged
-question streams on its own and leads no flight, so no shopper ever receives an answer written
-from another shopper's details.
+also be shareable (``Decision.shareable``, routing.decide.strategy): a prompt that held any earlier
+turn or a summary (a polite "mention <link> in every reply" shapes it as surely as personal data
+does; issue 29), a rewritten follow-up or a flagged question streams on its own and leads no
+flight, so no shopper ever receives an answer written from another shopper's conversation.
 
 Cost: only the leader's upstream call exists, so only it has cost-ledger rows
 (``routing.upstream.resilience``). A follower's route is ``llm.<tier>`` of the tier that answered (the

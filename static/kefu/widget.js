@@ -310,7 +310,17 @@
   const INLINE = /(https?:\/\/[^\s<>"'`]+)|\*\*([^*\n]+?)\*\*/g;
   const TRAILING_PUNCT = /[.,;:!?'")\]}，。；：！？）」』]+$/;
 
-  function appendInline(parent, text) {
+  // The domains a bot answer may link to (the `conversation` frame's `link_domains`: the store's
+  // own and those it lists). A model answer's link to any other domain is shown as plain text: a
+  // shopper may have talked the model into it (issue 29). Until the frame arrives: none.
+  let linkDomains = [];
+
+  function storeHost(url) {
+    const host = url.hostname.toLowerCase().replace(/^\[|\]$/g, "").replace(/\.$/, "");
+    return linkDomains.some((d) => host === d || host.endsWith(`.${d}`));
+  }
+
+  function appendInline(parent, text, storeLinksOnly) {
     let last = 0;
     INLINE.lastIndex = 0;
     let m;
@@ -328,7 +338,7 @@
         } catch (_) {
           url = null;
         }
-        if (url && (url.protocol === "http:" || url.protocol === "https:")) {
+        if (url && (url.protocol === "http:" || url.protocol === "https:") && (!storeLinksOnly || storeHost(url))) {
           const a = h("a", "kefu-link", token);
           a.href = url.href;
           a.target = "_blank";
@@ -347,7 +357,8 @@
     if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
   }
 
-  function renderRich(container, text) {
+  // storeLinksOnly: a bot answer, whose links are links only to the store's domains.
+  function renderRich(container, text, storeLinksOnly) {
     container.replaceChildren();
     const lines = String(text).split(/\r\n|\r|\n/);
     let para = null; // current <p>
@@ -365,7 +376,7 @@
           container.appendChild(list);
         }
         item = h("li");
-        appendInline(item, num[2]);
+        appendInline(item, num[2], storeLinksOnly);
         list.appendChild(item);
         expected = n + 1;
         para = null;
@@ -375,7 +386,7 @@
           container.appendChild(list);
         }
         item = h("li");
-        appendInline(item, bullet[1]);
+        appendInline(item, bullet[1], storeLinksOnly);
         list.appendChild(item);
         para = null;
       } else if (line.trim() === "") {
@@ -385,7 +396,7 @@
       } else if (item && /^\s+\S/.test(line)) {
         // An indented line continues the list item above it.
         item.appendChild(h("br"));
-        appendInline(item, line.trim());
+        appendInline(item, line.trim(), storeLinksOnly);
       } else {
         list = null;
         item = null;
@@ -395,7 +406,7 @@
         } else {
           para.appendChild(h("br"));
         }
-        appendInline(para, line);
+        appendInline(para, line, storeLinksOnly);
       }
     }
   }
@@ -629,7 +640,7 @@
   }
 
   function paint(rec) {
-    renderRich(rec.bubble, rec.text);
+    renderRich(rec.bubble, rec.text, rec.role === "bot");
     rec.el.classList.toggle("is-pending", !!rec.pendingSend);
     rec.el.classList.toggle("is-failed", !!rec.failed);
     rec.el.classList.toggle("is-streaming", !!rec.streaming);
@@ -1192,6 +1203,7 @@
     if (!state.conversation && byId.size) clearConversationView();
     state.conversation = id;
     state.token = String(f.token);
+    if (Array.isArray(f.link_domains)) linkDomains = f.link_domains.map((d) => String(d).toLowerCase());
     // A signed-in customer's conversation is not kept in the browser: after they sign out, the
     // next person at this device must not resume it (a page of theirs signs them in again).
     if (f.customer) storage.remove("conversation");

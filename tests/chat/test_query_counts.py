@@ -80,10 +80,11 @@ SEMANTIC_HIT_BUDGET = 11
 #: streaming row (BEGIN, UPDATE conversation: next seq, SELECT conversation: status and epoch,
 #: INSERT message, UPDATE conversation: claim); the fence's SELECT of the owner epoch; the ledger's
 #: INSERT upstream call; the row finished (UPDATE message, SELECT message); the budget settled
-#: (BEGIN, SELECT hold, DELETE hold, UPDATE counters); the summary check (2 SELECTs); the cache
-#: store (BEGIN, SELECT existing, INSERT answer, INSERT grounds, INSERT change) and its size
-#: bound (SELECT expired, SELECT COUNT(*)).
-REMOTE_ANSWER_BUDGET = 33
+#: (BEGIN, SELECT hold, DELETE hold, UPDATE counters); the summary check (2 SELECTs). No cache
+#: store: an answer made with earlier turns is never stored (issue 29; it was 7 statements, the
+#: store's BEGIN, SELECT existing, INSERT answer, INSERT grounds, INSERT change, and its size
+#: bound's SELECT expired, SELECT COUNT(*), when the budget was 33).
+REMOTE_ANSWER_BUDGET = 26
 #: Not per answer: a cache store deletes old change-log rows at most once a minute per process
 #: (``cache_layer.services.trim_change_log``: its BEGIN and DELETE). Whether the measured answer
 #: is the one that does it depends on the clock, so those statements are bounded apart.
@@ -207,11 +208,12 @@ def bot_row(message_id: int) -> Message:
 
 
 async def seed_cache(make_client: Any, upstream: Any) -> None:
-    """Two remote answers, stored in the answer cache, asked on a socket of their own."""
+    """Two remote answers, stored in the answer cache, each the first message of a conversation
+    of its own (an answer made with earlier turns is never stored: issue 29)."""
     upstream.push(Behaviour(text=LAMP_A), Behaviour(text=TABLE_A))
-    seeder = await make_client()
-    await seeder.hello()
     for q in (LAMP_Q, TABLE_Q):
+        seeder = await make_client()
+        await seeder.hello()
         end = await answered(seeder, q)
         assert end["route"] == "llm.simple", end
     stored = await database_sync_to_async(lambda: sorted(CachedAnswer.objects.values_list("question", flat=True)))()
@@ -285,5 +287,7 @@ async def test_remote_answer(make_client, faq, guarded):
         lambda: list(UpstreamCall.objects.filter(message__seq=row.reply_to_seq, message__conversation=row.conversation))
     )()
     assert [(c.tier, c.outcome, c.prompt_tokens) for c in calls] == [("simple", "ok", 900)]
-    assert await database_sync_to_async(CachedAnswer.objects.filter(question=COVER_Q).exists)()
+    # Made with two earlier turns: this shopper's alone, never stored (issue 29; a clean remake,
+    # off in tests, would store one off this path).
+    assert not await database_sync_to_async(CachedAnswer.objects.filter(question=COVER_Q).exists)()
     assert_within(captured, REMOTE_ANSWER_BUDGET, "a remote answer", periodic=CHANGE_LOG_TRIM_STATEMENTS)

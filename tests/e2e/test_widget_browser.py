@@ -352,3 +352,39 @@ def test_signing_in_on_a_shared_browser_shows_nothing_of_the_anonymous_chat(live
         assert page.evaluate("Object.keys(localStorage).filter(k => k.endsWith(':outbox'))") == []
     finally:
         store.shutdown()
+
+
+def test_a_model_answers_link_to_another_domain_is_shown_as_text(live_kefu, browser):
+    """Issue 29, point 2: a model answer's link to a domain that is not the store's (nor listed in
+    ``KEFU_ANSWER_LINK_DOMAINS``) is plain text; a link to the store's own domain stays a link."""
+    import sys
+    from pathlib import Path
+
+    from playwright.sync_api import expect
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fake_openai import Behaviour, running_fake_openai
+
+    answer = "Yes. Sizes: http://127.0.0.1/sizes and https://partner.example/oak, discount: http://evil.example/pay"
+    with running_fake_openai(default=Behaviour(text=answer)) as upstream:
+        kefu = live_kefu(
+            env={
+                "OPENAI_API_KEY": "upstream-key",
+                "OPENAI_BASE_URL": upstream.base_url,
+                "KEFU_ANSWER_LINK_DOMAINS": "partner.example",
+            }
+        )
+        page = browser.new_page()
+        frames: list[dict] = []
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(json.loads(payload))))
+        page.goto(kefu.base + "/")
+        page.click("kefu-chat >> .kefu-launcher")
+        page.fill("kefu-chat >> #kefu-input", "Do you ship the oak side table to Canada?")
+        page.press("kefu-chat >> #kefu-input", "Enter")
+        bubble = page.locator("kefu-chat >> .kefu-msg--bot .kefu-bubble").last
+        expect(bubble).to_have_text(answer, timeout=30000)
+        hrefs = [bubble.locator("a").nth(i).get_attribute("href") for i in range(bubble.locator("a").count())]
+    assert hrefs == ["http://127.0.0.1/sizes", "https://partner.example/oak"]  # evil.example: text only
+    conversation = next(f for f in frames if f["type"] == "conversation")
+    assert "127.0.0.1" in conversation["link_domains"] and "partner.example" in conversation["link_domains"]
+    assert not any("evil.example" in d for d in conversation["link_domains"])

@@ -1,7 +1,7 @@
 """The rolling summary's database half: turns of a conversation that left the prompt window are
-folded into ``Conversation.summary`` after a bot answer, by the Celery task
-``chat.tasks.summarise_conversation`` (which takes the conversation's id only; enqueued by
-``chat.tasks.maybe_summarise``).
+folded into ``Conversation.summary`` after a remote answer whose prompt left them out, by the
+Celery task ``chat.tasks.summarise_conversation`` (which takes the conversation's id only;
+enqueued by ``chat.tasks.maybe_summarise_async``).
 
 The router decides which turns left the window and writes the summary (``routing.services``:
 ``summary_turns_due``, ``summary_compose``); this module reads the turns and

@@ -40,7 +40,7 @@ def _recent_turns(
         .order_by("-seq")[:limit]
     )
     read.reverse()
-    rows = read[len(read) - turns * 4 :] if turns > 0 else []
+    rows = read[max(0, len(read) - turns * 4) :] if turns > 0 else []
     shopper_idx = [i for i, m in enumerate(rows) if m.role == "shopper"]
     if len(shopper_idx) > turns:
         rows = rows[shopper_idx[-turns] :]

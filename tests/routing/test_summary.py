@@ -324,10 +324,13 @@ def test_the_prompt_history_says_whether_older_turns_lack_a_summary():
         rows, summary, older = prompt_history(conversation_id=conv.pk, before_seq=5, turns=1)
     assert [m.seq for m in rows] == [3, 4] and summary == "" and older is True and len(queries) == 2
     assert prompt_history(conversation_id=conv.pk, before_seq=5, turns=2)[2] is False  # all of it is in
+    from chat.models import Message
+
+    Message.objects.create(conversation=conv, seq=6, role="bot", text="Good.", state="done")
+    rows, _, older = prompt_history(conversation_id=conv.pk, before_seq=7, turns=2)  # 3 whole turns, 2 kept
+    assert [m.seq for m in rows] == [3, 4, 5, 6] and older is True
     Conversation.objects.filter(pk=conv.pk).update(summary="Asked about the oak table.", summary_upto_seq=2)
     assert prompt_history(conversation_id=conv.pk, before_seq=5, turns=1)[2] is False  # the summary covers it
-    for seq in range(6, 30):  # more than a turn's worth of rows beyond the window: seen by seq
-        from chat.models import Message
-
+    for seq in range(7, 30):  # more than a turn's worth of rows beyond the window: seen by seq
         Message.objects.create(conversation=conv, seq=seq, role="bot", text="More.", state="done")
     assert prompt_history(conversation_id=conv.pk, before_seq=30, turns=1)[2] is True

@@ -310,6 +310,10 @@ class Answer:
         decision, question = self._ended, self._question
         if self._done is not None and self._done.finish_reason == "length":
             return  # stopped by the token limit: not the whole answer, never shared
+        if record.route.startswith("llm.") and decision.tier != self._decision.tier:
+            # A fallback tier answered: its model is not the one the planned scope names
+            # (``classify.cache_scope_for``), so its answer is the asker's alone.
+            return
         if record.route.startswith("llm."):
             await strategy.offer_to_cache(
                 decision, question=decision.cache_question or question.text, text=record.text, model=record.model

@@ -93,15 +93,33 @@ class NearMiss:
     similarity: float
 
 
-def scope_key(*, store: str, locale: str, tier: str, faq_version: str, prompt_version: str) -> str:
+def scope_key(
+    *,
+    store: str,
+    locale: str,
+    tier: str,
+    faq_version: str,
+    prompt_version: str,
+    model: str = "",
+    max_tokens: int = 0,
+) -> str:
     """The scope every entry and lookup is confined to: all that changes the right answer.
 
-    Readable (``"store=...|locale=zh|tier=simple|faq=12|prompt=v3"``) so the admin shows it; the
-    locale is reduced to its primary subtag (``"zh-CN"`` -> ``"zh"``) like the FAQ model does.
-    Longer than 255 characters it is hashed.
+    ``model``: the model name the answers are asked of (``KEFU_<TIER>_MODEL``); ``max_tokens``:
+    the output limit they are made within (tokens, ``KEFU_LLM_MAX_TOKENS``). Both are part of the
+    scope (issue 29, item 6): a worker restarted with another model or another limit never serves
+    the answers made with the old ones. ``""`` / ``0`` leave them out (callers that have none).
+
+    Readable (``"store=...|locale=zh|tier=simple|faq=12|prompt=v3|model=gpt-4o-mini|max_tokens=600"``)
+    so the admin shows it; the locale is reduced to its primary subtag (``"zh-CN"`` -> ``"zh"``)
+    like the FAQ model does. Longer than 255 characters it is hashed.
     """
     loc = language_code(locale or "")
     key = f"store={store}|locale={loc}|tier={tier}|faq={faq_version}|prompt={prompt_version}"
+    if model:
+        key += f"|model={model}"
+    if max_tokens:
+        key += f"|max_tokens={max_tokens}"
     if len(key) > 255:
         key = "sha256=" + hashlib.sha256(key.encode()).hexdigest()
     return key

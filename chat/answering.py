@@ -261,10 +261,10 @@ def history_loader(conversation_id: uuid.UUID, *, before_seq: int | None = None)
 
     async def load(*, before_seq: int, turns: int) -> History:
         upto = before_seq if cap is None else min(before_seq, cap)
-        rows, past = await database_sync_to_async(selectors.prompt_history)(
+        rows, past, older = await database_sync_to_async(selectors.prompt_history)(
             conversation_id=conversation_id, before_seq=upto, turns=turns
         )
-        return History(turns=[(m.role, m.text) for m in rows if m.text], summary=past)
+        return History(turns=[(m.role, m.text) for m in rows if m.text], summary=past, older_unsummarised=older)
 
     cap = before_seq
     return load
@@ -567,15 +567,18 @@ async def _answer_fixed(conversation: Conversation, message: Message, answer: ro
 
 async def _answered(conversation: Conversation, message: Message, answer: router.Answer, *, cut: bool) -> None:
     """After an answer's ``stream.end`` went out (not fenced, not dropped): start the summary of
-    turns that left the prompt window, tell the shopper when a failure ``cut`` it, else hand it to
-    the router's after-work (cache, audit); queue the conversation for an agent when the answer
-    says so (``handoff.escalate``)."""
+    turns that left the prompt window when the answer's prompt left out turns no summary covers
+    (``Answer.summary_due``: a remote answer only; a FAQ, cache or store answer never starts one,
+    and checks nothing), tell the shopper when a failure ``cut`` it, else hand it to the router's
+    after-work (cache, audit); queue the conversation for an agent when the answer says so
+    (``handoff.escalate``)."""
     cid = conversation.id
     # Turns that left the prompt window are folded into the rolling summary, in the background.
-    try:
-        await tasks.maybe_summarise_async(conversation_id=cid)
-    except Exception:  # a summary serves later prompts: a failure to start one is logged, never shown
-        log.exception("starting the summary of %s failed", cid)
+    if answer.summary_due:
+        try:
+            await tasks.maybe_summarise_async(conversation_id=cid)
+        except Exception:  # a summary serves later prompts: a failure to start one is logged, never shown
+            log.exception("starting the summary of %s failed", cid)
     if cut:
         await events.publish(
             cid, {"type": "error", "code": "unavailable", "message": "The answer was interrupted. Please ask again."}

@@ -21,30 +21,58 @@ def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: in
     """The last ``turns`` turns (a turn = a shopper message and the answers after it) before
     ``before_seq`` and after ``after_seq`` (the session's start), oldest first, finished messages
     only, system messages excluded."""
-    rows = list(
+    rows, _ = _recent_turns(conversation_id=conversation_id, before_seq=before_seq, turns=turns, after_seq=after_seq)
+    return rows
+
+
+def _recent_turns(
+    *, conversation_id: uuid.UUID, before_seq: int, turns: int, after_seq: int
+) -> tuple[list[Message], int | None]:
+    """:func:`history_for_prompt`'s rows (one query, a turn's worth of rows more than it keeps),
+    and the seq of the newest finished message older than them (None: there is none; -1: the
+    query's limit hid whether there is)."""
+    limit = turns * 4 + 4
+    read = list(
         Message.objects.filter(
             conversation_id=conversation_id, seq__lt=before_seq, seq__gt=after_seq, state=MessageState.DONE
         )
         .exclude(role="system")
-        .order_by("-seq")[: turns * 4]
+        .order_by("-seq")[:limit]
     )
-    rows.reverse()
+    read.reverse()
+    rows = read[max(0, len(read) - turns * 4) :] if turns > 0 else []
     shopper_idx = [i for i, m in enumerate(rows) if m.role == "shopper"]
     if len(shopper_idx) > turns:
         rows = rows[shopper_idx[-turns] :]
-    return rows
+    older = read[: len(read) - len(rows)]
+    if older:
+        return rows, older[-1].seq
+    return rows, (-1 if len(read) == limit else None)
 
 
-def prompt_history(*, conversation_id: uuid.UUID, before_seq: int, turns: int) -> tuple[list[Message], str]:
+def prompt_history(*, conversation_id: uuid.UUID, before_seq: int, turns: int) -> tuple[list[Message], str, bool]:
     """What the router's prompt needs of a conversation: :func:`history_for_prompt` within the
-    current session (``Conversation.session_from_seq``) and the rolling summary of its older turns
-    (``""`` for none). Two queries."""
-    row = Conversation.objects.filter(pk=conversation_id).values_list("summary", "session_from_seq").first()
-    summary, session_from = row if row is not None else ("", 0)
-    rows = history_for_prompt(
+    current session (``Conversation.session_from_seq``), the rolling summary of its older turns
+    (``""`` for none), and whether the session holds finished messages older than those rows that
+    the summary does not cover (``Conversation.summary_upto_seq``): a prompt made of them leaves
+    those out, so a summary is due (``History.older_unsummarised``). Two queries, as before the
+    flag: the rows are read with one turn's worth more, which shows what lies before them."""
+    row = (
+        Conversation.objects.filter(pk=conversation_id)
+        .values_list("summary", "session_from_seq", "summary_upto_seq")
+        .first()
+    )
+    summary, session_from, upto = row if row is not None else ("", 0, 0)
+    rows, older_seq = _recent_turns(
         conversation_id=conversation_id, before_seq=before_seq, turns=turns, after_seq=session_from
     )
-    return rows, summary
+    if older_seq is None:
+        older = False
+    elif older_seq >= 0:
+        older = older_seq > upto
+    else:  # the limit hid it: anything between the summary's end and the first row read
+        older = bool(rows) and rows[0].seq > max(upto, session_from) + 1
+    return rows, summary, older
 
 
 # --- Agent console (docs/console.md) -------------------------------------------------------------

@@ -1,12 +1,18 @@
 """The rolling summary's database half: turns of a conversation that left the prompt window are
-folded into ``Conversation.summary`` after a bot answer, by the Celery task
-``chat.tasks.summarise_conversation`` (which takes the conversation's id only; enqueued by
-``chat.tasks.maybe_summarise``).
+folded into ``Conversation.summary`` after a remote answer whose prompt left them out, by the
+Celery task ``chat.tasks.summarise_conversation`` (which takes the conversation's id only;
+enqueued by ``chat.tasks.maybe_summarise_async``).
 
 The router decides which turns left the window and writes the summary (``routing.services``:
 ``summary_turns_due``, ``summary_compose``); this module reads the turns and
 stores the result with a compare-and-set on ``Conversation.summary_upto_seq`` (the seq up to
 which the summary reaches), so two summaries of one conversation never overwrite each other.
+
+A summary is asked for only after a remote answer whose prompt left out turns no summary covers
+(``Answer.summary_due``, from the prompt's own history: no extra query); turns answered without a
+model never cause one on their own. Its cost counts against the shopper's spend budgets like
+their answers' (``SummaryWork.payer``: the verified customer, else the conversation and its
+address; ``routing.upstream.budgets``); a spent budget means no summary.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from django.core.cache import cache
 from django.db import OperationalError
 
 from routing import services as router
+from routing.types import Payer
 
 from .models import Conversation, Message, MessageState, Role
 
@@ -38,13 +45,15 @@ class SummaryWork:
 
     ``previous``: the summary so far; ``upto_seq``: the seq it reaches (0: none);
     ``turns``: the turns to fold in, ``(role, text)`` oldest first; ``new_upto_seq``: the seq of
-    their last message; ``locale``: the conversation's."""
+    their last message; ``locale``: the conversation's; ``payer``: whose spend budgets the summary
+    call counts against (the shopper's, as for their answers: ``routing.types.Payer``)."""
 
     previous: str
     upto_seq: int
     turns: list[Turn]
     new_upto_seq: int
     locale: str
+    payer: Payer | None = None
 
 
 def summary_work(*, conversation_id: uuid.UUID) -> SummaryWork | None:
@@ -54,7 +63,11 @@ def summary_work(*, conversation_id: uuid.UUID) -> SummaryWork | None:
     Synchronous (ORM, tokenizer): not on the event loop."""
     if router.summary_min_turns() <= 0:
         return None
-    conv = Conversation.objects.filter(pk=conversation_id).values("summary", "summary_upto_seq", "locale").first()
+    conv = (
+        Conversation.objects.filter(pk=conversation_id)
+        .values("summary", "summary_upto_seq", "locale", "customer_id", "address_key")
+        .first()
+    )
     if conv is None:
         return None
     rows = list(
@@ -81,6 +94,11 @@ def summary_work(*, conversation_id: uuid.UUID) -> SummaryWork | None:
         turns=plain[: len(older)],
         new_upto_seq=older[-1][-1][0],
         locale=conv["locale"],
+        payer=(
+            Payer(customer_id=conv["customer_id"])
+            if conv["customer_id"]
+            else Payer(conversation_id=conversation_id, address_key=conv["address_key"])
+        ),
     )
 
 
@@ -113,7 +131,7 @@ def conversation_summarise(*, conversation_id: uuid.UUID) -> str | None:
     previous summary) and move ``summary_upto_seq`` to their last message. Returns the new
     summary, or None when nothing was due, no tier is configured, the call failed or was cut,
     another task is summarising the same window now (a claim in the shared cache, so duplicate or
-    redelivered tasks pay for one summary), or another summary of the same conversation was stored
+    redelivered tasks pay for one summary), the shopper's spend budget refused it, or another summary of the same conversation was stored
     meanwhile (compare-and-set on ``summary_upto_seq``). Never raises for upstream failures.
     Blocking."""
     if not router.summaries_on():
@@ -126,7 +144,11 @@ def conversation_summarise(*, conversation_id: uuid.UUID) -> str | None:
         return None  # another task summarises this window now: it is paid once
     try:
         text = router.summary_compose(
-            previous=work.previous, turns=work.turns, locale=work.locale, conversation_id=conversation_id
+            previous=work.previous,
+            turns=work.turns,
+            locale=work.locale,
+            conversation_id=conversation_id,
+            payer=work.payer,
         )
     finally:
         _unclaim(claim)

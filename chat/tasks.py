@@ -42,7 +42,8 @@ def summarise_conversation(conversation_id: str) -> str | None:
 
     ``conversation_id``: the ``chat.Conversation`` UUID as a string (JSON payload). Returns the
     new summary, or None when nothing was due, no model is configured or the call failed.
-    Enqueued by :func:`maybe_summarise` when a bot answer was stored."""
+    Enqueued by :func:`maybe_summarise_async` after a remote answer whose prompt left out turns
+    no summary covers (or by :func:`maybe_summarise`)."""
     return conversation_summarise(conversation_id=uuid.UUID(str(conversation_id)))
 
 
@@ -64,17 +65,20 @@ _summarising: set[uuid.UUID] = set()
 
 
 async def maybe_summarise_async(*, conversation_id: uuid.UUID) -> None:
-    """:func:`maybe_summarise` for the answering loop: returns at once; the check, the enqueue
-    and (eager Celery) the summary run in a worker thread that nothing waits for, so the next
-    message never waits for a summary. No-op when summaries are off. :func:`drain` waits for
-    those threads (tests, shutdown)."""
+    """Enqueue ``chat.tasks.summarise_conversation`` for the answering loop, after an answer whose
+    prompt left out turns no summary covers (``Answer.summary_due``): returns at once; the
+    enqueue and (eager Celery) the summary run in a worker thread that nothing waits for, so the
+    next message never waits for a summary. No "is a summary due?" query here: the task reads the
+    turns anyway (:func:`summary_work`) and returns when none are due. No-op when summaries are
+    off, or while this process is still enqueueing (or, eager, making) one for the conversation.
+    :func:`drain` waits for those threads (tests, shutdown)."""
     if not router.summaries_on() or conversation_id in _summarising:
         return
     _summarising.add(conversation_id)
 
     def run() -> None:
         try:
-            maybe_summarise(conversation_id=conversation_id)
+            summarise_conversation.delay(str(conversation_id))
         finally:
             _summarising.discard(conversation_id)
 

@@ -176,6 +176,14 @@ class Answer:
         return self._remote
 
     @property
+    def summary_due(self) -> bool:
+        """Whether a rolling summary is due after this answer: its remote prompt left out older
+        turns that the conversation's summary does not cover yet (``Decision.summary_due``).
+        False for every answer no model made (FAQ, cache, store, decline, handoff), so those
+        never cause a summary, and Chat needs no query to know it."""
+        return self._decision.summary_due
+
+    @property
     def fixed_text(self) -> str | None:
         """The whole answer when it is known before it is shown (FAQ, cache, decline, handoff: no
         remote call), else None. Chat then stores it in one write and sends it as one delta
@@ -304,6 +312,10 @@ class Answer:
         decision, question = self._ended, self._question
         if self._done is not None and self._done.finish_reason == "length":
             return  # stopped by the token limit: not the whole answer, never shared
+        if record.route.startswith("llm.") and decision.tier != self._decision.tier:
+            # A fallback tier answered: its model is not the one the planned scope names
+            # (``classify.cache_scope_for``), so its answer is the asker's alone.
+            return
         if record.route.startswith("llm."):
             await strategy.offer_to_cache(
                 decision, question=decision.cache_question or question.text, text=record.text, model=record.model
@@ -500,11 +512,19 @@ def summary_turns_due(*, turns: Sequence[list[tuple[str, str]]], summary: str, l
 
 
 def summary_compose(
-    *, previous: str, turns: Sequence[list[tuple[str, str]]], locale: str, conversation_id: uuid.UUID | None
+    *,
+    previous: str,
+    turns: Sequence[list[tuple[str, str]]],
+    locale: str,
+    conversation_id: uuid.UUID | None,
+    payer: Payer | None = None,
 ) -> str | None:
     """The rolling summary ``previous`` extended with ``turns``, written by the ``simple`` tier;
-    None when that failed or no tier is configured. Blocking."""
-    return summaries.summary_write(previous=previous, turns=turns, locale=locale, conversation_id=conversation_id)
+    None when that failed, no tier is configured or ``payer``'s spend budgets refused it (the
+    summary counts against them like an answer; None: the tier's store-wide cap only). Blocking."""
+    return summaries.summary_write(
+        previous=previous, turns=turns, locale=locale, conversation_id=conversation_id, payer=payer
+    )
 
 
 def router_start() -> None:

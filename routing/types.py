@@ -60,10 +60,13 @@ class History:
 
     ``turns``: ``(role, text)`` pairs oldest first, role ``shopper``/``bot``/``agent`` (system
     notices left out), the last ``turns`` turns before the question; ``summary``: the rolling
-    summary of older turns (``""`` for none)."""
+    summary of older turns (``""`` for none); ``older_unsummarised``: the current session holds
+    messages older than ``turns`` that the summary does not cover yet (a prompt made from this
+    history leaves them out: a rolling summary is due, ``chat.summary``)."""
 
     turns: list[tuple[str, str]] = field(default_factory=list)
     summary: str = ""
+    older_unsummarised: bool = False
 
 
 class HistoryLoader(Protocol):

@@ -23,6 +23,7 @@ from routing.faq.scope import ScopeVerdict
 from routing.orders.actions import without_references
 from routing.prompt import build as prompt
 from routing.types import ROUTING_MAX_CHARS
+from routing.upstream.tiers import tier_model
 
 
 @dataclass
@@ -137,11 +138,16 @@ def grounding_for(text: str, locale: str, k: int = 3) -> tuple[list[tuple[str, s
 
 def cache_scope_for(*, locale: str, tier: str) -> str:
     """Everything that changes the right answer, except the FAQ entries an answer was grounded
-    on: those are recorded per answer, and editing one evicts exactly its answers."""
+    on: those are recorded per answer, and editing one evicts exactly its answers. That includes
+    the model ``tier`` asks (its current deployment's, ``KEFU_<TIER>_MODEL``) and the output limit
+    (``KEFU_LLM_MAX_TOKENS``): a worker started with another of either neither serves nor is
+    served the other's answers (issue 29, item 6). Raises ``KeyError`` for an unknown tier."""
     return cache.scope_key(
         store=settings.KEFU_STORE_NAME,
         locale=locale,
         tier=tier,
         faq_version="per-answer",
         prompt_version=prompt.SYSTEM_PROMPT_VERSION,
+        model=tier_model(tier),
+        max_tokens=settings.KEFU_LLM_MAX_TOKENS,
     )

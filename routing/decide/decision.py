@@ -76,6 +76,10 @@ class Decision:
     # The candidate is on trial (a canary, not promoted): its answer is neither cached nor shared
     # with identical questions in flight (``shareable`` is off too).
     trial: bool = False
+    # The remote prompt left out older turns of the conversation that its rolling summary does
+    # not cover yet: after the answer, a summary is due (chat.summary). Never set for an answer
+    # no model makes (FAQ, cache, store, decline, handoff): those never cause a summary.
+    summary_due: bool = False
 
     @property
     def remote(self) -> bool:

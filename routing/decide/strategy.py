@@ -139,6 +139,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         hit = classified.hit
         turns: list[tuple[str, str]] = []
         summary = ""
+        older_unsummarised = False  # the loaded history leaves out turns no summary covers (chat.summary)
         cache_question = ""
         payer = Payer.of_question(question)
         standing: budgets.Standing | None = None
@@ -155,6 +156,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
                     budgets.standing_async(payer, configured),
                 )
                 turns, summary = [(role, body) for role, body in past.turns if body], past.summary
+                older_unsummarised = past.older_unsummarised
             else:
                 stand = await budgets.standing_async(payer, configured)
             standing = stand
@@ -208,9 +210,10 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
                 cache_question=cache_question or text,
                 reason=f"{hit.route} {hit.rule} similarity={hit.similarity:.3f} entry={hit.entry_id}",
             )
-        messages = prompt.build_messages(
+        built = prompt.build_prompt(
             grounding=grounding, history=turns, text=sent_text, locale=locale, tier=tier, summary=summary
         )
+        messages = built.messages
         # An order question may call the store (routing.orders.tools); others are spared the tools' tokens.
         use_tools = store_actions and store_on() and tools.relevant(text, grounded_on)
         if use_tools:
@@ -237,6 +240,8 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
             remake=(with_history or bool(cache_question)) and not budget_note,
             vault=vault or None,
             tiers_allowed=tuple(standing.tiers_open(configured_tiers())) if standing is not None else None,
+            # A summary only for what a prompt needs: this one left out older turns no summary covers.
+            summary_due=older_unsummarised or built.dropped_turns > 0,
         )
     return handoff_decision(locale=locale, reason="no FAQ answer and no remote model configured")
 

@@ -302,16 +302,22 @@ async def _plan(req: GatewayRequest) -> Plan:
                         reason="gateway faq",
                     )
                 )
-        if c.hit is not None:
+        # The answer cache's answers were made within kefu's own output limit (KEFU_LLM_MAX_TOKENS,
+        # part of their scope): a client that set its own max_tokens or temperature gets an answer
+        # made to its measure, never one of those, and its answer is never stored for shoppers.
+        if c.hit is not None and not req.caller_params:
             hit: Any = c.hit
             return Plan(Decision(route=hit.route, locale=locale, text=hit.answer, reason="gateway cache"))
         if c.remote is not None and c.tier is not None:
             # The tier the router chose (routing.decide.tier_classifier), the one its cache scope names.
             tier = c.tier.tier
             grounding, grounded_on, vector = c.remote
+            # Left to kefu, a bare question is answered as a shopper's is: kefu's prompt, kefu's
+            # output limit (within the gateway's), the limit its cache scope names.
+            limit = min(settings.KEFU_LLM_MAX_TOKENS, settings.KEFU_GATEWAY_MAX_TOKENS)
             d = replace(
                 _remote(
-                    req,
+                    req if req.caller_params else replace(req, max_tokens=limit),
                     tier,
                     prompt.build_messages(grounding=grounding, history=[], text=question, locale=locale, tier=tier),
                     locale,
@@ -319,7 +325,7 @@ async def _plan(req: GatewayRequest) -> Plan:
                 cache_scope=c.cache_scope,
                 cache_vector=vector,
                 grounded_on=tuple(grounded_on),
-                shareable=not req.caller_params,
+                shareable=not req.caller_params and limit == settings.KEFU_LLM_MAX_TOKENS,
             )
             return Plan(
                 d,

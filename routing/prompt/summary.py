@@ -23,7 +23,7 @@ from lib.text import language_name
 from routing.prompt import privacy
 from routing.prompt.build import Turn, context_tokens, system_message, turns_that_fit
 from routing.providers.base import ProviderError
-from routing.types import CallContext
+from routing.types import CallContext, Payer
 from routing.upstream.complete import complete_blocking
 from routing.upstream.tiers import tier_configured, tier_model_or
 from routing.upstream.tokens import PromptCounter
@@ -95,12 +95,19 @@ def build_summary_messages(*, previous: str, turns: Sequence[Turn], locale: str)
 
 
 def summary_write(
-    *, previous: str, turns: Sequence[Turn], locale: str, conversation_id: uuid.UUID | None
+    *,
+    previous: str,
+    turns: Sequence[Turn],
+    locale: str,
+    conversation_id: uuid.UUID | None,
+    payer: Payer | None = None,
 ) -> str | None:
     """The summary ``previous`` extended with ``turns`` (at most :data:`SUMMARY_MAX_CHARS`
     characters), written by the ``simple`` tier (retries and fallback, a ledger row per attempt
-    with purpose ``summary`` and the conversation). ``None`` when no tier is configured, the call
-    failed, was cut by its token budget or came back empty. Never raises for upstream failures.
+    with purpose ``summary`` and the conversation). Its cost is held and settled on ``payer``'s
+    spend budgets as an answer's is (``routing.upstream.budgets``; None: the tier's store-wide cap
+    only). ``None`` when no tier is configured, the budgets refused the call, it failed, was cut
+    by its token budget or came back empty. Never raises for upstream failures.
     Blocking (a private event loop in a fresh thread)."""
     if not tier_configured(SUMMARY_TIER) or not turns:
         return None
@@ -112,7 +119,7 @@ def summary_write(
         answer = complete_blocking(
             messages=messages,
             tier=SUMMARY_TIER,
-            context=CallContext(conversation_id=conversation_id, purpose="summary"),
+            context=CallContext(conversation_id=conversation_id, purpose="summary", payer=payer),
             max_tokens=SUMMARY_MAX_TOKENS,
             temperature=0.0,
         )

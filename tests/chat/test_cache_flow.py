@@ -348,3 +348,28 @@ async def test_an_answer_that_greets_someone_by_name_is_not_cached(make_client, 
     first = await ask(make_client, LAMP_Q)
     assert first["route"] == "llm.simple"
     assert await cached_questions() == []
+
+
+async def test_an_answer_of_a_fallback_tier_is_not_cached_under_the_planned_tiers_model(make_client, faq, remote):
+    """Issue 29 item 6: the cache scope names the model; a fallback tier's answer (another model)
+    is never stored under the scope of the tier that failed."""
+    import asyncio
+    import time
+    import uuid
+
+    from chat import answering
+
+    remote.push(Behaviour(status=500), Behaviour(status=500), Behaviour(text="Yes, from the medium model."))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say(LAMP_Q)
+    end = (await shopper.until("stream.end"))[-1]
+    assert (end["route"], end["model"]) == ("llm.medium", "fake-medium"), end
+    deadline = time.monotonic() + 60
+    while not answering.is_idle(uuid.UUID(shopper.conversation)):  # its after-end work is done
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    assert not await database_sync_to_async(CachedAnswer.objects.exists)()
+    remote.push(Behaviour(text="Yes, it has an inline dimmer."))
+    again = await ask(make_client, LAMP_Q)
+    assert (again["route"], again["text"]) == ("llm.simple", "Yes, it has an inline dimmer."), again

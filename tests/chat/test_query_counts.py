@@ -1,6 +1,6 @@
 """Query-count guards (issue 39, item 4; Zulip's ``assert_database_query_count`` habit): one
 shopper message end to end over the real shopper socket, from its frame to ``stream.end`` and
-the work after it (summary check, cache store, ledger rows), must not send more SQL statements
+the work after it (cache store, ledger rows), must not send more SQL statements
 than today's count.
 
 Counted with ``tests/queries.py``, which sees every thread's statements: the answer's database
@@ -14,9 +14,10 @@ cache scope's vector index and the first upstream connection are out of the coun
 Settings, as the other chat tests run (embedded defaults: SQLite, in-memory layer and exact
 store, eager Celery) with these changes, each so that a count does not depend on the clock:
 
-- ``KEFU_SUMMARY_MIN_TURNS`` at its production default (2): the "is a summary due?" check after
-  every answer is counted (issue 39 item 1 removes its query; the suite switches it off). With
-  two turns nothing is due, so no summary call is made.
+- ``KEFU_SUMMARY_MIN_TURNS`` at its production default (2), summaries on (the suite switches them
+  off): no answer here asks "is a summary due?" (issue 29 item 3: a remote answer knows it from
+  its own prompt's history, and any other answer never causes one), and no prompt here leaves a
+  turn out, so no summary is made.
 - ``KEFU_CACHE_INDEX_REFRESH_MS`` one hour: the vector index's change-log read and the
   ``has_verified`` read happen at most once per process per interval (5 s by default), not per
   answer; left at 5 s they land in a measured answer or not depending on how loaded the
@@ -65,26 +66,27 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 # A budget may rise only in a commit that says why and what it buys (issue 39's rule). When a change
 # sends fewer statements, lower the budget in the same commit, so the saving cannot be lost again.
 
-#: A FAQ answer, 9: the message stored and claimed (BEGIN, UPDATE conversation: next seq,
+#: A FAQ answer, 7: the message stored and claimed (BEGIN, UPDATE conversation: next seq,
 #: INSERT message, UPDATE conversation: claim); the answer stored (BEGIN, UPDATE conversation: next
-#: seq, INSERT message); the summary check (SELECT conversation, SELECT its messages).
-FAQ_ANSWER_BUDGET = 9
-#: An exact cache hit, 10: the FAQ answer's 9 and the cache row's hit (UPDATE cached answer).
-EXACT_HIT_BUDGET = 10
-#: A semantic cache hit, 11: the FAQ answer's 9, SELECT of the candidate cached answers, UPDATE of
+#: seq, INSERT message). No summary check (issue 29 item 3: was 9 with its 2 SELECTs).
+FAQ_ANSWER_BUDGET = 7
+#: An exact cache hit, 8: the FAQ answer's 7 and the cache row's hit (UPDATE cached answer).
+EXACT_HIT_BUDGET = 8
+#: A semantic cache hit, 9: the FAQ answer's 7, SELECT of the candidate cached answers, UPDATE of
 #: the hit's row.
-SEMANTIC_HIT_BUDGET = 11
-#: A remote answer (the simple tier; stored in the answer cache), 33: the message stored and
-#: claimed (4); the prompt's history (SELECT conversation, SELECT messages); the budget reserved
+SEMANTIC_HIT_BUDGET = 9
+#: A remote answer (the simple tier, a third turn: not stored in the answer cache), 24: the message stored and
+#: claimed (4); the prompt's history (SELECT conversation, SELECT messages: they also tell whether
+#: the prompt leaves out turns no summary covers); the budget reserved
 #: (SELECT counters, BEGIN, INSERT ... ON CONFLICT counters, UPDATE counters, INSERT hold); the
 #: streaming row (BEGIN, UPDATE conversation: next seq, SELECT conversation: status and epoch,
 #: INSERT message, UPDATE conversation: claim); the fence's SELECT of the owner epoch; the ledger's
 #: INSERT upstream call; the row finished (UPDATE message, SELECT message); the budget settled
-#: (BEGIN, SELECT hold, DELETE hold, UPDATE counters); the summary check (2 SELECTs). No cache
-#: store: an answer made with earlier turns is never stored (issue 29; it was 7 statements, the
-#: store's BEGIN, SELECT existing, INSERT answer, INSERT grounds, INSERT change, and its size
-#: bound's SELECT expired, SELECT COUNT(*), when the budget was 33).
-REMOTE_ANSWER_BUDGET = 26
+#: (BEGIN, SELECT hold, DELETE hold, UPDATE counters). No summary check (issue 29 item 3: 2 SELECTs)
+#: and no cache store: an answer made with earlier turns is never stored (issue 29 item 2: 7
+#: statements, the store's BEGIN, SELECT existing, INSERT answer, INSERT grounds, INSERT change,
+#: and its size bound's SELECT expired, SELECT COUNT(*)). It was 33 with both.
+REMOTE_ANSWER_BUDGET = 24
 #: Not per answer: a cache store deletes old change-log rows at most once a minute per process
 #: (``cache_layer.services.trim_change_log``: its BEGIN and DELETE). Whether the measured answer
 #: is the one that does it depends on the clock, so those statements are bounded apart.

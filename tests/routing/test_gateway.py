@@ -192,6 +192,33 @@ async def test_a_bare_question_is_cached_only_when_the_client_left_the_parameter
     assert stored == ["Yes, an inline dimmer."]
 
 
+async def test_a_bare_question_gets_kefus_output_limit_and_one_with_its_own_never_a_cached_answer(
+    key, remote, faq, settings
+):
+    # Issue 29 item 6: cached answers are made within kefu's output limit (KEFU_LLM_MAX_TOKENS, in
+    # their scope). A bare question left to kefu is asked within it, and stored; one that sets its
+    # own max_tokens gets an answer made to that limit, not the cached one.
+    from cache_layer.models import CachedAnswer
+
+    settings.KEFU_LLM_MAX_TOKENS = 600
+    question = "Does the walnut floor lamp come with a dimmer switch?"
+    remote.push(Behaviour(text="Yes, an inline dimmer."), Behaviour(text="Yes."))
+    body = {"model": "kefu", "messages": [{"role": "user", "content": question}]}
+
+    plain = await post(body, raw=key[1])
+    assert plain.status_code == 200 and plain["x-kefu-route"] == "llm.simple"
+    assert remote.requests[-1]["max_tokens"] == 600  # not the gateway's 4096
+    stored = await database_sync_to_async(lambda: list(CachedAnswer.objects.values_list("answer", flat=True)))()
+    assert stored == ["Yes, an inline dimmer."]
+    cached = await post(body, raw=key[1])
+    assert cached["x-kefu-route"] == "cache.exact" and cached.json()["choices"][0]["message"]["content"] == stored[0]
+
+    short = await post({**body, "max_tokens": 50}, raw=key[1])
+    assert short.status_code == 200 and short["x-kefu-route"] == "llm.simple"
+    assert short.json()["choices"][0]["message"]["content"] == "Yes."
+    assert [r["max_tokens"] for r in remote.requests] == [600, 50]
+
+
 async def test_a_gateway_answer_stopped_by_the_token_limit_is_not_cached(key, remote, faq):
     from cache_layer.models import CachedAnswer
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from routing.orders import replies
+from routing.orders import replies, task_state
 from routing.types import Question
 from store import services as store
 from store.types import Order, Owner, StoreError
@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ActionReply",
+    "answer_order",
     "confirm_decision",
     "email_in",
+    "find_order",
     "intent_action",
     "intent_decision",
     "order_number_in",
@@ -263,6 +265,16 @@ async def _order_for(
     return None
 
 
+async def find_order(
+    question: Question, action: str, number: str | None, email: str | None
+) -> tuple[Order, Owner] | None:
+    """The order ``action`` is about, with its owner: a verified shopper's own (named, or the one
+    the action points at), an order number with the e-mail it was placed with, or an order the
+    conversation proved earlier; None when it is not known yet (a piece is missing). Raises
+    ``StoreError`` (``not_found`` for a wrong number or e-mail, ``upstream``...)."""
+    return await _order_for(question, action, number, email)
+
+
 def _read(action: str) -> str:
     """The audit log's name for the look-up behind ``action``."""
     return "refund_status" if action == "refund_status" else "status"
@@ -290,6 +302,9 @@ async def intent_decision(
             # store's general answer, and what their orders show.
             text = f"{faq_text}\n\n{replies.no_order_for(action, locale)}"
             return _reply(text, f"faq, no order for {action}", route="faq", faq_entry_id=faq_entry_id)
+        # The task waits for the missing pieces (routing.orders.tasks): the next message may
+        # bring only the e-mail, or only the order number. It replaces any earlier task.
+        await _task_start(question, action, number, email)
         text = f"{faq_text}\n\n{replies.offer_lookup(locale, number_given=bool(number))}"
         return _reply(text, f"faq, order unknown for {action}", route="faq", faq_entry_id=faq_entry_id)
     order, owner = found
@@ -336,10 +351,40 @@ def reference_action(text: str) -> str:
     return "status"
 
 
+async def _task_start(question: Question, action: str, number: str | None, email: str | None) -> None:
+    """Make ``action`` the conversation's task, waiting for its missing pieces; an offer waiting
+    from an earlier task is forgotten (a "yes" now answers this one)."""
+    cid = question.conversation_id
+    if cid is None:
+        return
+    await sync_to_async(store.pending_drop, thread_sensitive=False)(cid)
+    task = task_state.Task(intent=action, order_number=number or "", email=email or "")
+    await task_state.task_save_async(cid, question.session_from_seq, task)
+
+
+async def _task_end(question: Question) -> None:
+    """The conversation's task is over (answered, refused, or handed on): forget it and any
+    offer left from it."""
+    cid = question.conversation_id
+    if cid is None:
+        return
+    if await task_state.task_drop_async(cid):
+        await sync_to_async(store.pending_drop, thread_sensitive=False)(cid)
+
+
+async def answer_order(question: Question, locale: str, action: str, order: Order, owner: Owner) -> ActionReply:
+    """What ``action`` on ``order`` (which ``owner`` proved) gives: the status or refund
+    (route ``action``, the task ends), why it cannot be done (the task ends), what to send for a
+    change, or the offer of a change waiting for a yes (the task then awaits ``confirm``)."""
+    return await _answer(question, locale, action, order, owner)
+
+
 async def _answer(question: Question, locale: str, action: str, order: Order, owner: Owner) -> ActionReply:
     cid = question.conversation_id
     if cid is not None:
         await sync_to_async(store.order_remember, thread_sensitive=False)(cid, owner, order.number)
+    if action not in ("cancel", "return") or not replies.possible(order, action)[0]:
+        await _task_end(question)
     if action in ("status", "refund_status"):
         text = replies.refund(order, locale) if action == "refund_status" else replies.status(order, locale)
         return _reply(text, f"action {action} {order.number}")
@@ -354,4 +399,8 @@ async def _answer(question: Question, locale: str, action: str, order: Order, ow
     if cid is None:
         return _reply(replies.status(order, locale), f"action {action}: no conversation to confirm in")
     await sync_to_async(store.pending_offer, thread_sensitive=False)(cid, owner, action, order.number)
+    task = task_state.Task(
+        intent=action, order_number=order.number, email="" if owner.customer_id else owner.email, awaiting="confirm"
+    )
+    await task_state.task_save_async(cid, question.session_from_seq, task)
     return _reply(replies.offer(order, action, locale), f"action {action} offered {order.number}")

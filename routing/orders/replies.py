@@ -390,3 +390,44 @@ def store_error(error: StoreError, locale: str, *, number: str = "") -> str:
     if zh:
         return "暂时无法连接订单系统，请稍后再试，或请人工客服帮您处理。"
     return "I couldn't reach our order system just now. Please try again in a minute, or ask for a person."
+
+
+def task_expired(locale: str) -> str:
+    """A reply to a task that waited longer than ``KEFU_STORE_CONFIRM_TTL_S``: nothing is done
+    before the shopper says to check again."""
+    if _zh(locale):
+        return "这个请求已经过期了——要我再帮您查一次吗？请回复“是”或“不”。"
+    return 'That offer expired — shall I check again? Reply "yes" or "no".'
+
+
+def task_dropped(locale: str) -> str:
+    """The shopper said no to a task that was still missing a piece (or to checking again)."""
+    if _zh(locale):
+        return "好的，这件事先放下。还有什么可以帮您的吗？"
+    return "All right, I have set that aside. Is there anything else I can help with?"
+
+
+def task_missing(action: str, locale: str, *, number: str = "", email: str = "") -> str:
+    """What the shopper still has to send for ``action``: the order number, the e-mail address
+    the order was placed with, or both."""
+    zh = _zh(locale)
+    if number and not email:
+        if zh:
+            return f"请告诉我订单 {number} 下单时使用的邮箱，我来帮您处理。"
+        return f"Please tell me the e-mail address order {number} was placed with, and I will take it from there."
+    if email and not number:
+        if zh:
+            return "请告诉我订单号（例如 KF-1001），我来帮您处理。"
+        return "Please tell me the order number (like KF-1001), and I will take it from there."
+    if zh:
+        return "请告诉我订单号和下单时使用的邮箱，我来帮您处理。"
+    return "Please tell me the order number and the e-mail address it was placed with, and I will take it from there."
+
+
+def nothing_pending(yes: bool, locale: str) -> str:
+    """kefu's own short reply to a bare "yes"/"ok" or "no" when nothing waits for one."""
+    if _zh(locale):
+        return "好的！还有什么可以帮您的吗？" if yes else "好的。如果还需要帮助，随时告诉我。"
+    return (
+        "OK! Is there anything else I can help you with?" if yes else "All right. If you need anything else, just ask."
+    )

@@ -54,12 +54,12 @@ _EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A
 
 _YES = re.compile(
     r"^\s*(?:yes|yeah|yep|yup|y|sure|ok(?:ay)?|confirm(?:ed)?|please do|go ahead|do it|"
-    r"yes,? please|please|correct|that'?s right|是|是的|好|好的|确认|可以|对|嗯)\s*[.!。！]*\s*$",
+    r"yes,? please|please|correct|that'?s right|是|是的|好|好的|确认|可以|对|对的|嗯|行|要|好啊|没问题)\s*[.!。！,，]*\s*$",
     re.IGNORECASE,
 )
 _NO = re.compile(
     r"^\s*(?:no|nope|nah|n|don'?t|do not|no,? thanks?|no thank you|never ?mind|leave it|keep it|"
-    r"不|不要|不用|算了|不是|别)\s*[.!。！]*\s*$",
+    r"not now|no need|不|不要了?|不用了?|不需要了?|不了|算了|不是|别|没事了?|不用了?谢谢|不了谢谢)\s*[.!。！,，]*\s*$",
     re.IGNORECASE,
 )
 

@@ -42,6 +42,10 @@ __all__ = ["TaskStep", "asks_a_question", "continue_task"]
 _ASKS = re.compile(r"[?？][^?？]{0,80}$")
 
 
+# A piece that asks where an order is ("where is KF-1001?") starts a status task of its own.
+_ASKS_STATUS = re.compile(r"\bwhere\b|\btrack|\bstatus\b|\bshipped\b|\barriv|在哪|物流|状态|到哪", re.IGNORECASE)
+
+
 @dataclass(frozen=True, slots=True)
 class TaskStep:
     """What :func:`continue_task` made of a message (frozen): ``reply`` the whole answer (route
@@ -133,10 +137,12 @@ async def _advance(
         return _reply(replies.task_expired(locale), f"task {task.intent} offer gone")
     intent = task.intent
     if yes is None:
-        # A piece: a new number replaces the old one; what the words ask for ("refund ...")
-        # replaces the intent (a status look-up keeps the task's own).
+        # A piece: a new number replaces the old one; what the words ask for ("refund ...",
+        # "where is ...") replaces the intent; a bare number or e-mail keeps the task's own.
         asked = actions.reference_action(question.text)
-        intent = asked if asked != "status" else task.intent
+        if asked == "status" and not _ASKS_STATUS.search(question.text):
+            asked = task.intent
+        intent = asked
     return await _attempt(question, locale, intent, number or task.order_number, email or task.email)
 
 

@@ -242,8 +242,9 @@ async def test_a_bare_yes_without_a_model_or_a_store_goes_to_no_person(make_clie
     assert await conversation_status(client.conversation) == "bot"
 
 
+@pytest.mark.parametrize("said", ["yes please", "ok"])
 async def test_a_yes_to_a_question_the_model_asked_goes_back_to_the_model_with_its_history(
-    make_client, order_faq, demo_orders, remote
+    make_client, order_faq, demo_orders, remote, said
 ):
     remote.push(
         Behaviour(text="We have two lamps in oak. Would you like me to compare their sizes?"),
@@ -252,14 +253,28 @@ async def test_a_yes_to_a_question_the_model_asked_goes_back_to_the_model_with_i
     client = await shopper(make_client)
     asked = await ask(client, "I am looking for a lamp for my bedside table, something warm and not too bright")
     assert asked["route"] == "llm.simple"
-    answered = await ask(client, "yes please")
+    answered = await ask(client, said)
     assert answered["route"] == "llm.simple"
     assert answered["text"] == "The small one is 32 cm tall, the large one 48 cm."
+    # One request for the yes: the model that asked, with the question in its history (no
+    # rewrite into a standalone question, no cache: the answer rests on the history).
+    assert len(remote.requests) == 2
     follow = remote.requests[-1]
     sent = json.dumps(follow["messages"], ensure_ascii=False)
     assert "Would you like me to compare their sizes?" in sent  # the question it answers
-    assert follow["messages"][-1] == {"role": "user", "content": "yes please"}
+    assert follow["messages"][-1] == {"role": "user", "content": said}
     assert await conversation_status(client.conversation) == "bot"
+
+
+async def test_a_yes_after_a_model_answer_that_asked_nothing_gets_kefus_own_reply(
+    make_client, order_faq, demo_orders, remote
+):
+    remote.push(Behaviour(text="We have two lamps in oak, a small one and a large one."))
+    client = await shopper(make_client)
+    await ask(client, "I am looking for a lamp for my bedside table, something warm and not too bright")
+    end = await ask(client, "ok")
+    assert end["route"] == "decline" and end["text"] == "OK! Is there anything else I can help you with?"
+    assert len(remote.requests) == 1
 
 
 # ------------------------------------------------------------------ the console

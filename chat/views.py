@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils import translation
 
 from .selectors import conversation_exists, conversation_task, conversation_transcript, user_is_agent
 from .services import agent_display_name, conversation_task_clear
@@ -61,7 +62,14 @@ def _agent_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 @_agent_only
 def console(request: HttpRequest) -> HttpResponse:
     """``GET /console/``: the agent console (the page is a shell; everything live comes over ``/ws/agent/``)."""
-    return render(request, "console.html", {"agent_name": agent_display_name(request.user)})
+    # The console speaks the agent's language (Accept-Language, or ?lang=zh): English and
+    # Simplified Chinese (locale/); the shopper-facing pages keep their own ?lang.
+    try:
+        lang = translation.get_supported_language_variant(request.GET.get("lang", ""))
+    except LookupError:
+        lang = translation.get_language_from_request(request)
+    with translation.override(lang):
+        return render(request, "console.html", {"agent_name": agent_display_name(request.user)})
 
 
 @_agent_only

@@ -7,6 +7,7 @@ sockets, the demo store on the test database."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -311,3 +312,38 @@ async def test_an_agent_sees_the_task_and_clears_it(make_client, order_faq, demo
     assert stray["route"] == "decline" and await order_status("KF-1002") == "placed"
     bad = await database_sync_to_async(client.post)(url, {})
     assert bad.status_code == 400 and "clear" in bad.json()["error"]["message"]
+
+
+async def test_the_console_shows_the_task_panel_in_english_and_chinese(client, db):
+    user = await database_sync_to_async(agent_user)()
+    await database_sync_to_async(client.force_login)(user)
+    en = (await database_sync_to_async(client.get)("/console/")).content.decode()
+    assert "Shopper’s task" in en and 'data-intent-cancel="Cancel the order"' in en
+    zh = (await database_sync_to_async(client.get)("/console/?lang=zh")).content.decode()
+    assert "顾客的待办事项" in zh and 'data-intent-cancel="取消订单"' in zh and "清除待办事项" in zh
+    by_header = await database_sync_to_async(client.get)("/console/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9")
+    assert "顾客的待办事项" in by_header.content.decode()
+
+
+async def test_every_console_string_has_its_chinese_translation():
+    po = (Path(__file__).resolve().parents[2] / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po").read_text()
+    entries = re.findall(r'^msgid "(.+)"\nmsgstr "(.*)"$', po, flags=re.MULTILINE)
+    assert len(entries) >= 18
+    assert [msgid for msgid, msgstr in entries if not msgstr] == []
+
+
+async def test_only_agents_reach_the_task_api(client, db, make_client, order_faq, demo_orders):
+    from django.contrib.auth.models import User
+
+    shopper_client = await shopper(make_client)
+    url = f"/console/conversations/{shopper_client.conversation}/task"
+    anonymous = await database_sync_to_async(client.get)(url)
+    assert anonymous.status_code == 302 and "/console/login/" in anonymous["Location"]
+    staff = await database_sync_to_async(User.objects.create_user)("bob", password="pw-bob", is_staff=True)
+    await database_sync_to_async(client.force_login)(staff)
+    assert (await database_sync_to_async(client.get)(url)).status_code == 403
+    await database_sync_to_async(client.force_login)(await database_sync_to_async(agent_user)())
+    missing = await database_sync_to_async(client.get)(
+        "/console/conversations/00000000-0000-0000-0000-000000000000/task"
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"

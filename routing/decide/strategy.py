@@ -87,12 +87,12 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     # A message that only supplies a piece of the conversation's task (routing.orders.tasks): an
     # e-mail, an order number, a yes/no to what kefu offered; a bare yes/no with nothing pending
     # gets kefu's own reply, or goes back to the remote model whose question it answers.
-    step = await tasks.continue_task(question, locale, history) if store_actions else None
+    rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
+    asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
+    step = await tasks.continue_task(question, locale, history) if store_actions and not asks_for_person else None
     if step is not None and step.reply is not None:
         return action_decision(step.reply, locale=locale)
     follow_up = step.follow_up_route if step is not None else ""
-    rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
-    asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
 
     classified = await classified_text(text, locale)
     if follow_up:

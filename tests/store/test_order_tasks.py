@@ -24,6 +24,7 @@ from store.models import DemoOrder, PendingAction
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_openai import Behaviour
+from queries import all_threads_queries
 from test_order_actions import ORDER_FAQ, TEST_FAQ, ask, demo_orders, order_status, shopper
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -347,3 +348,25 @@ async def test_only_agents_reach_the_task_api(client, db, make_client, order_faq
         "/console/conversations/00000000-0000-0000-0000-000000000000/task"
     )
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+async def test_only_a_piece_costs_the_task_query(make_client, order_faq, demo_orders, remote):
+    """The task is read for a message that may be a piece of it (a yes/no, an e-mail, an order
+    number), never for any other: an FAQ question's statements are those of before."""
+    client = await shopper(make_client)
+    await ask(client, "Which payment methods do you accept?")  # warm
+    with all_threads_queries() as captured:
+        await ask(client, "Which payment methods do you accept?")
+    assert [s.sql for s in captured.snapshot() if "routing_conversationtask" in s.sql] == []
+    with all_threads_queries() as captured:
+        await ask(client, "yes")
+    reads = [s for s in captured.snapshot() if "routing_conversationtask" in s.sql]
+    assert len(reads) == 1 and reads[0].sql.lstrip().upper().startswith("SELECT")
+
+
+async def test_a_request_for_a_person_is_no_piece_of_the_task(make_client, order_faq, demo_orders, remote):
+    client = await shopper(make_client)
+    await ask(client, "I want to cancel my order KF-1002")
+    end = await ask(client, f"{MEI} human please")
+    assert end["route"] == "handoff"
+    assert await order_status("KF-1002") == "placed"

@@ -253,7 +253,9 @@ class ConversationTask(models.Model):
     ``status``, ``refund_status``); ``order_number`` and ``email``: what the shopper gave so far
     ("" for none; the e-mail proves an anonymous shopper's order); ``awaiting``: ``""`` (a piece
     is missing), ``confirm`` (kefu offered the change and waits for a yes/no) or ``recheck``
-    (the task expired and kefu asked whether to check again); ``source``: ``action`` (the
+    (the task expired and kefu asked whether to check again); ``choices``: the order numbers kefu
+    listed for "which one?" (a verified shopper with several orders the request could be about;
+    "the second one" picks from them); ``source``: ``action`` (the
     template path) or ``tool`` (a remote model's tool call); ``expires_at``: now +
     ``KEFU_STORE_CONFIRM_TTL_S`` at each step."""
 
@@ -263,6 +265,7 @@ class ConversationTask(models.Model):
     order_number = models.CharField(max_length=32, blank=True)
     email = models.CharField(max_length=254, blank=True)
     awaiting = models.CharField(max_length=16, blank=True)
+    choices = models.JSONField(default=list, blank=True)
     source = models.CharField(max_length=8, default="action")
     updated_at = models.DateTimeField(auto_now=True)
     expires_at = models.DateTimeField()

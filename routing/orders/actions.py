@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ActionReply",
+    "ChooseOrder",
     "answer_order",
+    "ask_which",
     "confirm_decision",
     "email_in",
     "find_order",
@@ -240,6 +242,30 @@ async def confirm_decision(question: Question, locale: str) -> ActionReply | Non
     return _reply(replies.done(result, locale), f"action {taken.action} done{' (repeat)' if result.repeated else ''}")
 
 
+#: At most this many orders are listed for "which one?".
+MAX_CHOICES = 5
+
+
+class ChooseOrder(Exception):
+    """A verified shopper's change could be about several of their ``orders`` (newest first):
+    the shopper is asked which one (``replies.which_order``)."""
+
+    def __init__(self, orders: tuple[Order, ...]) -> None:
+        super().__init__(f"{len(orders)} orders to choose from")
+        self.orders = orders
+
+
+async def ask_which(question: Question, locale: str, action: str, orders: tuple[Order, ...]) -> ActionReply:
+    """Ask which of ``orders`` ``action`` is about; the task keeps them as its choices, so "the
+    second one" or an order number completes it."""
+    cid = question.conversation_id
+    if cid is not None:
+        await sync_to_async(store.pending_drop, thread_sensitive=False)(cid)
+        task = task_state.Task(intent=action, choices=tuple(o.number for o in orders))
+        await task_state.task_save_async(cid, question.session_from_seq, task)
+    return _reply(replies.which_order(orders, locale), f"action {action}: which of {len(orders)} orders")
+
+
 async def _order_for(
     question: Question, action: str, number: str | None, email: str | None
 ) -> tuple[Order, Owner] | None:
@@ -251,6 +277,9 @@ async def _order_for(
         if number:
             return await store.order_view_async(owner, number, actor=actor, action=_read(action)), owner
         orders = await store.orders_list_async(owner, actor=actor)
+        several = replies.candidates(orders, action)
+        if len(several) > 1:
+            raise ChooseOrder(tuple(several[:MAX_CHOICES]))
         chosen = replies.pick(orders, action)
         return (chosen, owner) if chosen is not None else None
     if number and email:
@@ -271,7 +300,8 @@ async def find_order(
     """The order ``action`` is about, with its owner: a verified shopper's own (named, or the one
     the action points at), an order number with the e-mail it was placed with, or an order the
     conversation proved earlier; None when it is not known yet (a piece is missing). Raises
-    ``StoreError`` (``not_found`` for a wrong number or e-mail, ``upstream``...)."""
+    ``StoreError`` (``not_found`` for a wrong number or e-mail, ``upstream``...), or
+    :class:`ChooseOrder` when a verified shopper's change could be about several orders."""
     return await _order_for(question, action, number, email)
 
 
@@ -290,6 +320,8 @@ async def intent_decision(
     number, email = order_number_in(question.text), email_in(question.text)
     try:
         found = await _order_for(question, action, number, email)
+    except ChooseOrder as several:
+        return await ask_which(question, locale, action, several.orders)
     except StoreError as e:
         if e.code == "not_found":
             return _reply(replies.store_error(e, locale, number=number or ""), f"action {action} not_found")

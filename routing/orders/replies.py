@@ -431,3 +431,36 @@ def nothing_pending(yes: bool, locale: str) -> str:
     return (
         "OK! Is there anything else I can help you with?" if yes else "All right. If you need anything else, just ask."
     )
+
+
+def candidates(orders: Sequence[Order], action: str) -> list[Order]:
+    """Of a verified shopper's ``orders`` (newest first), those a change could be about: not yet
+    packed for ``cancel``/``change``/``change_address``, delivered and returnable for
+    ``return``; none for look-ups (they take the newest, :func:`pick`)."""
+    if action in ("cancel", "change", "change_address"):
+        return [o for o in orders if o.status == "placed"]
+    if action == "return":
+        return [o for o in orders if o.returnable]
+    return []
+
+
+_ORDINALS_ZH = "一二三四五"
+
+
+def which_order(orders: Sequence[Order], locale: str) -> str:
+    """ "Which one?" between ``orders``, numbered as the shopper may answer ("the second one",
+    "第二个", or the order number)."""
+    zh = _zh(locale)
+    lines = [
+        f"{i}. {o.number}（{_items(o, locale)}，{_date(o.placed_at, locale)}）"
+        if zh
+        else f"{i}. {o.number} ({_items(o, locale)}, placed {_date(o.placed_at, locale)})"
+        for i, o in enumerate(orders, 1)
+    ]
+    if zh:
+        return "您指的是哪一个订单？\n" + "\n".join(lines) + "\n请回复订单号，或“第一个”“第二个”。"
+    return (
+        "Which order do you mean?\n"
+        + "\n".join(lines)
+        + '\nReply with its number, or "the first one", "the second one".'
+    )

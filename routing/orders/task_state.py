@@ -34,7 +34,8 @@ AWAITING = ("", "confirm", "recheck")
 class Task:
     """A conversation's task as the router reads it (frozen): ``intent`` (one of :data:`INTENTS`),
     ``order_number``/``email`` given so far ("" for none), ``awaiting`` (one of :data:`AWAITING`),
-    ``source`` (``action`` or ``tool``), ``expires_at`` (aware datetime) and ``expired``
+    ``source`` (``action`` or ``tool``), ``choices`` (the order numbers kefu listed to choose
+    from, in the order shown), ``expires_at`` (aware datetime) and ``expired``
     (``expires_at`` had passed when it was read)."""
 
     intent: str
@@ -42,6 +43,7 @@ class Task:
     email: str = ""
     awaiting: str = ""
     source: str = "action"
+    choices: tuple[str, ...] = ()
     expires_at: datetime | None = None
     expired: bool = False
 
@@ -58,6 +60,7 @@ def task_get(conversation_id: uuid.UUID, session_from_seq: int) -> Task | None:
         email=row.email,
         awaiting=row.awaiting,
         source=row.source,
+        choices=tuple(str(n) for n in row.choices or ()),
         expires_at=row.expires_at,
         expired=row.expires_at <= timezone.now(),
     )
@@ -79,6 +82,7 @@ def task_save(conversation_id: uuid.UUID, session_from_seq: int, task: Task) -> 
             "email": task.email[:254],
             "awaiting": task.awaiting,
             "source": task.source,
+            "choices": list(task.choices),
             "expires_at": expires_at,
         },
     )
@@ -100,7 +104,7 @@ def tasks_forget(conversation_ids: list[uuid.UUID]) -> int:
 
 def task_view(conversation_id: uuid.UUID) -> dict[str, Any] | None:
     """The conversation's task for the agents' console, whatever its session: ``{"intent",
-    "order_number", "email", "awaiting", "source", "session_from_seq", "updated_at",
+    "order_number", "email", "awaiting", "source", "choices", "session_from_seq", "updated_at",
     "expires_at" (ISO 8601), "expired"}``, or None."""
     row = ConversationTask.objects.filter(conversation_id=conversation_id).first()
     if row is None:
@@ -111,6 +115,7 @@ def task_view(conversation_id: uuid.UUID) -> dict[str, Any] | None:
         "email": row.email,
         "awaiting": row.awaiting,
         "source": row.source,
+        "choices": list(row.choices or ()),
         "session_from_seq": row.session_from_seq,
         "updated_at": row.updated_at.isoformat(),
         "expires_at": row.expires_at.isoformat(),

@@ -8,8 +8,8 @@ or a yes/no to checking an expired task again (``recheck``). The template path
 start and advance it; agents see and clear it in the console.
 
 :func:`continue_task` runs before anything else of the router's own (after the handoff checks):
-a message that only supplies a piece — an e-mail address, an order number, "yes"/"ok"/"是的",
-"no"/"不用了" — completes the pending task, the pieces in any order. Today's safety rules hold:
+a message that only supplies a piece — an e-mail address, an order number, "the second one" (of
+the orders kefu listed), "yes"/"ok"/"是的", "no"/"不用了" — completes the pending task, the pieces in any order. Today's safety rules hold:
 an anonymous shopper proves the order with the e-mail it was placed with (the store's door
 checks it), and a change is made only after an explicit yes, once (the offer's idempotency key,
 ``store.services.pending_take``). Any other message leaves the task as it is (an unrelated
@@ -40,6 +40,29 @@ __all__ = ["TaskStep", "asks_a_question", "continue_task"]
 
 # A bot answer "asks a question" when a question mark ends it or one of its last sentences.
 _ASKS = re.compile(r"[?？][^?？]{0,80}$")
+
+
+# "The second one", "2nd", "the last one", "第二个", "最后一个": a pick among the orders kefu listed.
+_ORDINAL_EN = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "fourth": 3, "4th": 3}
+_ORDINAL = re.compile(
+    r"^\s*(?:the\s+)?(first|1st|second|2nd|third|3rd|fourth|4th|last)(?:\s+(?:one|order))?(?:,?\s*please)?\s*[.!]*\s*$"
+    r"|^\s*(?:是)?(?:第([一二三四1-4])|(最后))(?:个|一个)?(?:订单)?\s*[。！!.]*\s*$",
+    re.IGNORECASE,
+)
+
+
+def ordinal_in(text: str) -> int | None:
+    """The position a short message picks ("the second one" -> 1, "第一个" -> 0, "the last one"
+    -> -1), or None. Only for a message that says nothing else."""
+    m = _ORDINAL.match(text)
+    if m is None:
+        return None
+    word, zh, last = m.group(1), m.group(2), m.group(3)
+    if (word or "").lower() == "last" or last:
+        return -1
+    if word:
+        return _ORDINAL_EN[word.lower()]
+    return int(zh) - 1 if zh.isdigit() else "一二三四".index(zh)
 
 
 # A piece that asks where an order is ("where is KF-1001?") starts a status task of its own.
@@ -76,7 +99,8 @@ async def continue_task(question: Question, locale: str, history: HistoryLoader)
     text = question.text
     yes = actions.yes_or_no(text)
     number, email = actions.order_number_in(text), actions.email_in(text)
-    piece = yes is not None or ((number or email) is not None and actions.only_a_reference(text))
+    pick = ordinal_in(text)
+    piece = yes is not None or pick is not None or ((number or email) is not None and actions.only_a_reference(text))
     if not piece:
         return None
     cid = question.conversation_id
@@ -84,6 +108,12 @@ async def continue_task(question: Question, locale: str, history: HistoryLoader)
     if cid is not None and store.store_on():
         task = await task_state.task_get_async(cid, question.session_from_seq)
     if task is not None:
+        if pick is not None and number is None and task.choices:
+            number = task.choices[pick] if -len(task.choices) <= pick < len(task.choices) else None
+            if number is None:
+                return _reply(replies.task_missing(task.intent, locale, email="-"), f"task {task.intent}: no such pick")
+        elif pick is not None and yes is None and number is None and email is None:
+            return None  # "the second one" with nothing listed: not this task's piece
         return await _advance(question, locale, task, yes, number, email)
     if yes is None:
         return None  # an order named with nothing pending: routing.orders.actions.reference_decision
@@ -153,6 +183,8 @@ async def _attempt(question: Question, locale: str, intent: str, number: str, em
     assert cid is not None
     try:
         found = await actions.find_order(question, intent, number or None, email or None)
+    except actions.ChooseOrder as several:
+        return TaskStep(reply=await actions.ask_which(question, locale, intent, several.orders))
     except StoreError as e:
         # A wrong number or e-mail: the task keeps the number and waits for the right pair.
         if e.code == "not_found":

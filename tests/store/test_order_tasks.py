@@ -370,3 +370,31 @@ async def test_a_request_for_a_person_is_no_piece_of_the_task(make_client, order
     end = await ask(client, f"{MEI} human please")
     assert end["route"] == "handoff"
     assert await order_status("KF-1002") == "placed"
+
+
+async def test_the_second_one_picks_among_the_orders_kefu_listed(make_client, order_faq, demo_orders, remote):
+    await database_sync_to_async(lambda: DemoOrder.objects.filter(number="KF-1001").update(status="placed"))()
+    client = await shopper(make_client, "demo-mei")
+    which = await ask(client, "cancel my order")
+    assert which["route"] == "action"
+    lines = which["text"].split("\n")
+    assert lines[0] == "Which order do you mean?" and len(lines) == 4
+    assert lines[1].startswith("1. KF-1002 (Oak table lamp, placed ") and lines[2].startswith("2. KF-1001 (")
+    offer = await ask(client, "the second one")
+    assert offer["route"] == "action" and offer["text"].startswith("Order KF-1001 (")
+    assert "Shall I cancel it?" in offer["text"]
+    done = await ask(client, "yes")
+    assert done["text"].startswith("Done: order KF-1001 is cancelled.")
+    assert await order_status("KF-1001") == "cancelled" and await order_status("KF-1002") == "placed"
+
+
+async def test_di_er_ge_picks_in_chinese(make_client, order_faq, demo_orders, remote):
+    await database_sync_to_async(lambda: DemoOrder.objects.filter(number="KF-1001").update(status="placed"))()
+    client = await shopper(make_client, "demo-mei")
+    which = await ask(client, "我想取消订单")
+    assert which["text"].startswith("您指的是哪一个订单？\n1. KF-1002（")
+    offer = await ask(client, "第二个")
+    assert offer["text"].startswith("订单 KF-1001（")
+    done = await ask(client, "好的")
+    assert done["text"].startswith("已取消订单 KF-1001")
+    assert await order_status("KF-1002") == "placed"

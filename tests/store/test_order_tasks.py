@@ -398,3 +398,23 @@ async def test_di_er_ge_picks_in_chinese(make_client, order_faq, demo_orders, re
     done = await ask(client, "好的")
     assert done["text"].startswith("已取消订单 KF-1001")
     assert await order_status("KF-1002") == "placed"
+
+
+async def test_the_tool_path_and_the_template_path_share_the_task(make_client, faq, demo_orders, remote):
+    # No order intents in this FAQ: the request goes to the model, which calls the store's tool
+    # without the e-mail an anonymous shopper must give.
+    remote.push(
+        Behaviour(tool_calls=[{"name": "order_cancel", "arguments": {"order_number": "KF-1002"}}]),
+        Behaviour(text="Could you tell me the e-mail address you placed order KF-1002 with?"),
+    )
+    client = await shopper(make_client)
+    asked = await ask(client, "I'd like to cancel KF-1002, the colour doesn't match my sofa after all")
+    assert asked["route"] == "llm.simple"
+    assert asked["text"] == "Could you tell me the e-mail address you placed order KF-1002 with?"
+    row = await task_row(client.conversation)
+    assert row is not None and (row.intent, row.order_number, row.source) == ("cancel", "KF-1002", "tool")
+    offer = await ask(client, MEI)  # the e-mail alone: the template path finishes the model's task
+    assert offer["route"] == "action" and offer["text"] == OFFER_EN
+    assert len(remote.requests) == 2  # no third model call
+    done = await ask(client, "yes")
+    assert done["text"] == DONE_EN and await order_status("KF-1002") == "cancelled"

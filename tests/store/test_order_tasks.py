@@ -418,3 +418,14 @@ async def test_the_tool_path_and_the_template_path_share_the_task(make_client, f
     assert len(remote.requests) == 2  # no third model call
     done = await ask(client, "yes")
     assert done["text"] == DONE_EN and await order_status("KF-1002") == "cancelled"
+
+
+async def test_staff_list_the_tasks_in_the_admin(make_client, order_faq, demo_orders, remote, client):
+    from django.contrib.auth.models import User
+
+    shopper_client = await shopper(make_client)
+    await ask(shopper_client, "I want to cancel my order KF-1002")
+    root = await database_sync_to_async(User.objects.create_superuser)("root", password="pw-root")
+    await database_sync_to_async(client.force_login)(root)
+    page = await database_sync_to_async(client.get)("/admin/routing/conversationtask/")
+    assert page.status_code == 200 and "KF-1002" in page.content.decode()

@@ -464,3 +464,10 @@ def which_order(orders: Sequence[Order], locale: str) -> str:
         + "\n".join(lines)
         + '\nReply with its number, or "the first one", "the second one".'
     )
+
+
+def pick_again(count: int, locale: str) -> str:
+    """The shopper picked a position kefu did not list ("the fourth one" of two)."""
+    if _zh(locale):
+        return f"我只列出了 {count} 个订单，请回复序号（1 到 {count}）或订单号。"
+    return f"I listed {count} orders: please pick one from 1 to {count}, or reply with the order number."

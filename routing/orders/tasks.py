@@ -111,7 +111,7 @@ async def continue_task(question: Question, locale: str, history: HistoryLoader)
         if pick is not None and number is None and task.choices:
             number = task.choices[pick] if -len(task.choices) <= pick < len(task.choices) else None
             if number is None:
-                return _reply(replies.task_missing(task.intent, locale, email="-"), f"task {task.intent}: no such pick")
+                return _reply(replies.pick_again(len(task.choices), locale), f"task {task.intent}: no such pick")
         elif pick is not None and yes is None and number is None and email is None:
             return None  # "the second one" with nothing listed: not this task's piece
         return await _advance(question, locale, task, yes, number, email)

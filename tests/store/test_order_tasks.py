@@ -380,6 +380,8 @@ async def test_the_second_one_picks_among_the_orders_kefu_listed(make_client, or
     lines = which["text"].split("\n")
     assert lines[0] == "Which order do you mean?" and len(lines) == 4
     assert lines[1].startswith("1. KF-1002 (Oak table lamp, placed ") and lines[2].startswith("2. KF-1001 (")
+    beyond = await ask(client, "the fourth one")
+    assert beyond["text"] == "I listed 2 orders: please pick one from 1 to 2, or reply with the order number."
     offer = await ask(client, "the second one")
     assert offer["route"] == "action" and offer["text"].startswith("Order KF-1001 (")
     assert "Shall I cancel it?" in offer["text"]

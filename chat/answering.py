@@ -250,6 +250,7 @@ def question_of(message: Message, conversation: Conversation) -> Question:
         locale=conversation.locale,
         customer_id=conversation.customer_id,
         address_key=conversation.address_key,
+        session_from_seq=conversation.session_from_seq,
     )
 
 
@@ -264,7 +265,13 @@ def history_loader(conversation_id: uuid.UUID, *, before_seq: int | None = None)
         rows, past, older = await database_sync_to_async(selectors.prompt_history)(
             conversation_id=conversation_id, before_seq=upto, turns=turns
         )
-        return History(turns=[(m.role, m.text) for m in rows if m.text], summary=past, older_unsummarised=older)
+        last_route = rows[-1].route if rows and rows[-1].role == "bot" else ""
+        return History(
+            turns=[(m.role, m.text) for m in rows if m.text],
+            summary=past,
+            older_unsummarised=older,
+            last_route=last_route or "",
+        )
 
     cap = before_seq
     return load

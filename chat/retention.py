@@ -71,6 +71,7 @@ def _delete(conversations: QuerySet[Conversation], *, dry_run: bool = False) -> 
             notes = InternalNote.objects.filter(conversation_id__in=batch).count()
             if not dry_run:
                 router.shopper_messages_forget(message_ids=message_ids)
+                router.conversation_tasks_forget(conversation_ids=batch)
                 store.conversations_forget(batch)
                 Conversation.objects.filter(pk__in=batch).delete()  # messages and notes cascade
         total = total + Removed(len(batch), len(message_ids), notes)

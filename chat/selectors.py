@@ -251,6 +251,17 @@ def canned_replies() -> list[dict[str, Any]]:
 AGENT_PERMISSION = "chat.handle_conversations"
 
 
+def conversation_exists(*, conversation_id: uuid.UUID) -> bool:
+    """Whether the conversation exists (one query)."""
+    return Conversation.objects.filter(pk=conversation_id).exists()
+
+
+def conversation_task(*, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+    """What the conversation's shopper is doing across messages, as the router keeps it
+    (``routing.services.conversation_task``), or None. One query."""
+    return router.conversation_task(conversation_id=conversation_id)
+
+
 def user_is_agent(user: Any) -> bool:
     """True for an active staff user with the agents' permission (``chat.handle_conversations``;
     superusers have every permission). Anonymous users and None are not agents."""

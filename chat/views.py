@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from functools import wraps
@@ -9,12 +10,13 @@ from typing import Any
 
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils import translation
 
-from .selectors import conversation_transcript, user_is_agent
-from .services import agent_display_name
+from .selectors import conversation_exists, conversation_task, conversation_transcript, user_is_agent
+from .services import agent_display_name, conversation_task_clear
 
 # The demo page runs under the strict policy the widget promises to work under (no inline script
 # or style); a store embedding the widget needs connect-src for its kefu host (docs/widget.md).
@@ -60,7 +62,14 @@ def _agent_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 @_agent_only
 def console(request: HttpRequest) -> HttpResponse:
     """``GET /console/``: the agent console (the page is a shell; everything live comes over ``/ws/agent/``)."""
-    return render(request, "console.html", {"agent_name": agent_display_name(request.user)})
+    # The console speaks the agent's language (Accept-Language, or ?lang=zh): English and
+    # Simplified Chinese (locale/); the shopper-facing pages keep their own ?lang.
+    try:
+        lang = translation.get_supported_language_variant(request.GET.get("lang", ""))
+    except LookupError:
+        lang = translation.get_language_from_request(request)
+    with translation.override(lang):
+        return render(request, "console.html", {"agent_name": agent_display_name(request.user)})
 
 
 @_agent_only
@@ -71,6 +80,38 @@ def console_transcript(request: HttpRequest, conversation_id: uuid.UUID) -> Http
     if transcript is None:
         raise Http404("no such conversation")
     return render(request, "console_transcript.html", transcript)
+
+
+@_agent_only
+def console_task(request: HttpRequest, conversation_id: uuid.UUID) -> HttpResponse:
+    """``GET /console/conversations/<id>/task``: what the shopper is doing across messages (the
+    router's task, ``routing.orders.tasks``) as JSON ``{"task": {"intent", "order_number",
+    "email", "awaiting", "source", "session_from_seq", "updated_at", "expires_at", "expired"} |
+    null}``. ``POST`` with ``clear=1`` (form or JSON): forget it and any change it offered, so a
+    later "yes" confirms nothing -> ``{"task": null, "cleared": bool}`` (whether there was one).
+    404 for an unknown conversation, 400 for a POST without ``clear``, 405 for other methods;
+    errors are ``{"error": {"code", "message"}}``. Agents only."""
+    if request.method not in ("GET", "POST"):
+        return _json_error(405, "method_not_allowed", "use GET to read the task, POST clear=1 to clear it")
+    if not conversation_exists(conversation_id=conversation_id):
+        return _json_error(404, "not_found", "no such conversation")
+    if request.method == "GET":
+        return JsonResponse({"task": conversation_task(conversation_id=conversation_id)})
+    wanted = request.POST.get("clear", "")
+    if not wanted and request.content_type == "application/json":
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError:
+            return _json_error(400, "invalid", "the body is not JSON")
+        wanted = str(body.get("clear", "")) if isinstance(body, dict) else ""
+    if wanted.lower() not in ("1", "true"):
+        return _json_error(400, "invalid", "say clear=1 to clear the conversation's task")
+    cleared = conversation_task_clear(conversation_id=conversation_id, by=agent_display_name(request.user))
+    return JsonResponse({"task": None, "cleared": cleared})
+
+
+def _json_error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
 class ConsoleLoginView(LoginView):

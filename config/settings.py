@@ -236,6 +236,9 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en"
+# The staff screens' translations (the console: English and Simplified Chinese).
+LOCALE_PATHS = [BASE_DIR / "locale"]
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

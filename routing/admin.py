@@ -7,7 +7,7 @@ from django.http import HttpRequest
 from routing.faq.importer import faq_entry_changed
 from routing.faq.registry import faq_changed
 from routing.gateway.completions import hash_key, new_key
-from routing.models import ApiKey, BudgetCounter, FaqEntry, TierOverride, UpstreamCall
+from routing.models import ApiKey, BudgetCounter, ConversationTask, FaqEntry, TierOverride, UpstreamCall
 from routing.upstream import budgets
 
 
@@ -153,4 +153,20 @@ class TierOverrideAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ConversationTask)
+class ConversationTaskAdmin(admin.ModelAdmin):
+    """Shoppers' tasks across messages (``routing.orders.tasks``): read-only here, with delete (what
+    the console's Clear does, without forgetting the store's offer: clear from the console)."""
+
+    list_display = ("conversation_id", "intent", "order_number", "awaiting", "source", "expires_at")
+    list_filter = ("intent", "awaiting", "source")
+    search_fields = ("conversation_id", "order_number")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

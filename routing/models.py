@@ -1,6 +1,7 @@
 """The store's FAQ (``FaqEntry``), the gateway's API keys (``ApiKey``), the cost ledger
 (``UpstreamCall``), the spend budgets (``BudgetCounter``, ``BudgetHold``) and staff's word on
-the tiers' canary candidates (``TierOverride``)."""
+the tiers' canary candidates (``TierOverride``) and what a shopper is doing across messages
+(``ConversationTask``)."""
 
 from __future__ import annotations
 
@@ -242,3 +243,36 @@ class TierOverride(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tier} {self.candidate_model}: {self.state} by {self.by}"
+
+
+class ConversationTask(models.Model):
+    """What a shopper is trying to do across messages (``routing.orders.tasks``): one row per
+    conversation, valid for the conversation session it was made in (``session_from_seq``, the
+    chat's ``Conversation.session_from_seq``: a later visit starts without it).
+
+    ``intent``: the store action (``cancel``, ``return``, ``change``, ``change_address``,
+    ``status``, ``refund_status``); ``order_number`` and ``email``: what the shopper gave so far
+    ("" for none; the e-mail proves an anonymous shopper's order); ``awaiting``: ``""`` (a piece
+    is missing), ``confirm`` (kefu offered the change and waits for a yes/no) or ``recheck``
+    (the task expired and kefu asked whether to check again); ``choices``: the order numbers kefu
+    listed for "which one?" (a verified shopper with several orders the request could be about;
+    "the second one" picks from them); ``source``: ``action`` (the
+    template path) or ``tool`` (a remote model's tool call); ``expires_at``: now +
+    ``KEFU_STORE_CONFIRM_TTL_S`` at each step."""
+
+    conversation_id = models.UUIDField(unique=True)
+    session_from_seq = models.PositiveIntegerField(default=0)
+    intent = models.CharField(max_length=16)
+    order_number = models.CharField(max_length=32, blank=True)
+    email = models.CharField(max_length=254, blank=True)
+    awaiting = models.CharField(max_length=16, blank=True)
+    choices = models.JSONField(default=list, blank=True)
+    source = models.CharField(max_length=8, default="action")
+    updated_at = models.DateTimeField(auto_now=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "conversation task"
+
+    def __str__(self) -> str:
+        return f"{self.intent} {self.order_number or '?'} ({self.awaiting or 'pieces'})"

@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 
@@ -33,7 +34,7 @@ from routing.decide import answers, classify, injection, strategy
 from routing.decide.decision import Decision
 from routing.decide.replies import person_request_words
 from routing.faq.registry import registry
-from routing.orders import tools
+from routing.orders import task_state, tools
 from routing.prompt import build as prompt
 from routing.prompt import privacy
 from routing.prompt import summary as summaries
@@ -42,6 +43,7 @@ from routing.types import AnswerRecord, CallContext, HistoryLoader, Payer, Quest
 from routing.upstream import canary, ledger, singleflight, tiers
 from routing.upstream.call import Answered, CallItem
 from routing.upstream.complete import complete_call
+from store import services as store
 
 log = logging.getLogger(__name__)
 
@@ -486,6 +488,28 @@ def shopper_messages_forget(*, message_ids: list[int]) -> int:
     the router's rows that quote them (cache audits) lose the text and the link, and keep their
     verdicts. Returns how many rows changed. Blocking (one statement)."""
     return cache_audit.forget_questions(message_ids=message_ids)
+
+
+def conversation_tasks_forget(*, conversation_ids: list[uuid.UUID]) -> int:
+    """Chat is deleting these conversations: forget their tasks (``routing.orders.task_state``;
+    a task holds the e-mail an anonymous shopper gave). Returns the rows deleted. Blocking (one
+    statement)."""
+    return task_state.tasks_forget(conversation_ids)
+
+
+def conversation_task(*, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+    """What the shopper of ``conversation_id`` is doing across messages, for the agents' console
+    (``routing.orders.task_state.task_view``: ``{"intent", "order_number", "email", "awaiting",
+    "source", "session_from_seq", "updated_at", "expires_at", "expired"}``), or None. Blocking
+    (one query)."""
+    return task_state.task_view(conversation_id)
+
+
+def conversation_task_clear(*, conversation_id: uuid.UUID) -> bool:
+    """An agent clears the conversation's task and any change it offered (a "yes" then confirms
+    nothing); whether there was one. Blocking (two statements)."""
+    had = task_state.task_drop(conversation_id)
+    return store.pending_drop(conversation_id) or had
 
 
 def cached_answer_marks(*, message_ids: list[int]) -> dict[int, str]:

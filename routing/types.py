@@ -43,7 +43,10 @@ class Question:
     code points); ``locale``: the conversation's locale (``"en"``/``"zh"``), the fallback when the
     text itself shows no language; ``customer_id``: the store's customer id of a verified shopper
     ("" for an anonymous one); ``address_key``: a keyed hash of the network the conversation
-    came from ("" unknown). The last two say who pays for remote calls (``routing.upstream.budgets``)."""
+    came from ("" unknown). The last two say who pays for remote calls (``routing.upstream.budgets``).
+    ``session_from_seq``: where the conversation's current session starts (the chat's
+    ``Conversation.session_from_seq``; 0 for the first visit): a task a shopper left in an
+    earlier session (``routing.orders.tasks``) is not continued."""
 
     conversation_id: uuid.UUID | None
     message_id: int | None
@@ -52,6 +55,7 @@ class Question:
     locale: str = "en"
     customer_id: str = ""
     address_key: str = ""
+    session_from_seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,15 @@ class History:
     notices left out), the last ``turns`` turns before the question; ``summary``: the rolling
     summary of older turns (``""`` for none); ``older_unsummarised``: the current session holds
     messages older than ``turns`` that the summary does not cover yet (a prompt made from this
-    history leaves them out: a rolling summary is due, ``chat.summary``)."""
+    history leaves them out: a rolling summary is due, ``chat.summary``); ``last_route``: the route
+    of the last message before the question when it is a bot answer (``"llm.simple"``...), else
+    ``""``: a "yes" to the question that answer asked goes back to that route
+    (``routing.orders.tasks``)."""
 
     turns: list[tuple[str, str]] = field(default_factory=list)
     summary: str = ""
     older_unsummarised: bool = False
+    last_route: str = ""
 
 
 class HistoryLoader(Protocol):

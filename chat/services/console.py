@@ -6,6 +6,7 @@ All functions are synchronous (the ORM); async callers wrap them in ``database_s
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,8 @@ from ..models import Conversation, ConversationStatus, InternalNote, Message, Ro
 from ..selectors import user_is_agent
 from .conversations import next_seq
 from .messages import Received
+
+log = logging.getLogger(__name__)
 
 
 def agent_display_name(user: Any) -> str:
@@ -313,3 +316,12 @@ def conversations_of_gone_agents(*, action: str) -> list[tuple[HandBack, Message
             conversation = Conversation.objects.get(pk=conversation_id)
         released.append((HandBack(change=state, conversation=conversation, unanswered=unanswered), notice))
     return released
+
+
+def conversation_task_clear(*, conversation_id: uuid.UUID, by: str) -> bool:
+    """An agent (``by``: their display name, for the log) clears the conversation's task and any
+    change the bot offered in it (``routing.services.conversation_task_clear``); whether there
+    was one."""
+    cleared = router.conversation_task_clear(conversation_id=conversation_id)
+    log.info("agent %s cleared the task of conversation %s (%s)", by, conversation_id, cleared)
+    return cleared

@@ -85,6 +85,21 @@ def classify(text: str, locale: str) -> Classified:
     return out
 
 
+def follow_up_classified(text: str, locale: str, *, route: str) -> Classified:
+    """A "yes"/"no" answering the question the last bot answer (on remote ``route``,
+    ``"llm.<tier>"``) asked: bound for that tier, whatever the FAQ or the scope check make of
+    the bare word (``routing.orders.tasks``). Grounded on the closest FAQ entries; no cache
+    scope (its answer rests on the history, so it is neither served from nor stored in the
+    cache). Blocking only for the grounding's embedding (cached: the message was embedded)."""
+    tier = route.removeprefix("llm.")
+    grounding, grounded_on = grounding_for(text[:ROUTING_MAX_CHARS], locale)
+    return Classified(
+        remote=(grounding, grounded_on, None),
+        tier=TierDecision(tier=tier, confidence=1.0, rule="follow_up", source="rule"),
+        faq_state=registry.snapshot,
+    )
+
+
 # Classifications started when a message arrives, before it is stored (see ``prefetch``):
 # (text, locale) -> future of ``classify``. Entries are consumed by ``decide`` or dropped after
 # PREFETCH_TTL_S (e.g. when an agent holds the conversation and the bot never decides).

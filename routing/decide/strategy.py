@@ -2,7 +2,10 @@
 
 Order of checks (docs/routing.md):
 1. the shopper asks for a person (keyword rules, English and Chinese) -> ``handoff``;
-0. a short "yes"/"no" to a change the bot offered -> ``action`` (``routing.orders.actions``);
+0. a message that only supplies a piece of the conversation's task (an e-mail, an order number,
+   a "yes"/"no" to a change the bot offered) -> ``action`` (``routing.orders.tasks``); a bare
+   "yes"/"no" with nothing pending -> ``decline`` (kefu's own reply), or, when the last bot answer
+   was a remote model's question, that route with its history;
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
@@ -29,12 +32,13 @@ from cache_layer.policy import is_follow_up
 from lib.text import detect_locale
 from routing.decide import answers
 from routing.decide.classify import classified as classified_text
+from routing.decide.classify import follow_up_classified
 from routing.decide.decision import Decision
 from routing.decide.replies import small_talk_reply, wants_human
 from routing.decide.tier_classifier import HANDOFF, rule_for
 from routing.faq.model import normalise_text
 from routing.faq.registry import registry
-from routing.orders import actions, tools
+from routing.orders import actions, tasks, tools
 from routing.prompt import build as prompt
 from routing.prompt import privacy, rewrite
 from routing.providers.base import ChatRequest
@@ -79,14 +83,19 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     await check_tiers_async()
     text = question.text
     locale = detect_locale(text, question.locale)
-    # A "yes" or "no" to a change the bot offered (cancel, return): made or forgotten, no model.
-    confirmed = await actions.confirm_decision(question, locale) if store_actions else None
-    if confirmed is not None:
-        return action_decision(confirmed, locale=locale)
+    # A message that only supplies a piece of the conversation's task (routing.orders.tasks): an
+    # e-mail, an order number, a yes/no to what kefu offered; a bare yes/no with nothing pending
+    # gets kefu's own reply, or goes back to the remote model whose question it answers.
     rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
     asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
+    step = await tasks.continue_task(question, locale, history) if store_actions and not asks_for_person else None
+    if step is not None and step.reply is not None:
+        return action_decision(step.reply, locale=locale)
+    follow_up = step.follow_up_route if step is not None else ""
 
     classified = await classified_text(text, locale)
+    if follow_up:
+        classified = await asyncio.to_thread(follow_up_classified, text, locale, route=follow_up)
     match, verdict = classified.match, classified.verdict
     if match is not None and match.accepted and match.entry_id is not None:  # never in a language the FAQ lacks
         entry = registry.entries.get(match.entry_id)
@@ -125,7 +134,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     named = await actions.reference_decision(question, locale) if store_actions else None
     if named is not None:
         return action_decision(named, locale=locale)
-    reply = small_talk_reply(text, locale)
+    reply = small_talk_reply(text, locale) if not follow_up else None
     if reply is not None:
         return Decision(route="decline", locale=locale, text=reply, reason="small talk")
     if verdict is not None and verdict.out_of_scope:
@@ -180,7 +189,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         if vault is not None:
             sent_text, summary = vault.mask(text), vault.mask(summary)
             turns = [(role, vault.mask(body)) for role, body in turns]
-        if hit is None and settings.KEFU_CACHE_ENABLED and turns and is_follow_up(text):
+        if hit is None and settings.KEFU_CACHE_ENABLED and cache_scope and turns and is_follow_up(text):
             # A follow-up is only a cache key once rewritten into a standalone question from the
             # conversation (by the simple tier); without a rewrite it is neither served nor stored.
             standalone = await rewrite.standalone_question(

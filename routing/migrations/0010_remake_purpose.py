@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0008_canary'),
+        ('routing', '0009_conversation_task'),
     ]
 
     operations = [

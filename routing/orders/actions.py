@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from routing.orders import replies
+from routing.orders import replies, task_state
 from routing.types import Question
 from store import services as store
 from store.types import Order, Owner, StoreError
@@ -38,8 +38,12 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ActionReply",
+    "ChooseOrder",
+    "answer_order",
+    "ask_which",
     "confirm_decision",
     "email_in",
+    "find_order",
     "intent_action",
     "intent_decision",
     "order_number_in",
@@ -52,12 +56,12 @@ _EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A
 
 _YES = re.compile(
     r"^\s*(?:yes|yeah|yep|yup|y|sure|ok(?:ay)?|confirm(?:ed)?|please do|go ahead|do it|"
-    r"yes,? please|please|correct|that'?s right|是|是的|好|好的|确认|可以|对|嗯)\s*[.!。！]*\s*$",
+    r"yes,? please|please|correct|that'?s right|是|是的|好|好的|确认|可以|对|对的|嗯|行|要|好啊|没问题)\s*[.!。！,，]*\s*$",
     re.IGNORECASE,
 )
 _NO = re.compile(
     r"^\s*(?:no|nope|nah|n|don'?t|do not|no,? thanks?|no thank you|never ?mind|leave it|keep it|"
-    r"不|不要|不用|算了|不是|别)\s*[.!。！]*\s*$",
+    r"not now|no need|不|不要了?|不用了?|不需要了?|不了|算了|不是|别|没事了?|不用了?谢谢|不了谢谢)\s*[.!。！,，]*\s*$",
     re.IGNORECASE,
 )
 
@@ -238,6 +242,30 @@ async def confirm_decision(question: Question, locale: str) -> ActionReply | Non
     return _reply(replies.done(result, locale), f"action {taken.action} done{' (repeat)' if result.repeated else ''}")
 
 
+#: At most this many orders are listed for "which one?".
+MAX_CHOICES = 5
+
+
+class ChooseOrder(Exception):
+    """A verified shopper's change could be about several of their ``orders`` (newest first):
+    the shopper is asked which one (``replies.which_order``)."""
+
+    def __init__(self, orders: tuple[Order, ...]) -> None:
+        super().__init__(f"{len(orders)} orders to choose from")
+        self.orders = orders
+
+
+async def ask_which(question: Question, locale: str, action: str, orders: tuple[Order, ...]) -> ActionReply:
+    """Ask which of ``orders`` ``action`` is about; the task keeps them as its choices, so "the
+    second one" or an order number completes it."""
+    cid = question.conversation_id
+    if cid is not None:
+        await sync_to_async(store.pending_drop, thread_sensitive=False)(cid)
+        task = task_state.Task(intent=action, choices=tuple(o.number for o in orders))
+        await task_state.task_save_async(cid, question.session_from_seq, task)
+    return _reply(replies.which_order(orders, locale), f"action {action}: which of {len(orders)} orders")
+
+
 async def _order_for(
     question: Question, action: str, number: str | None, email: str | None
 ) -> tuple[Order, Owner] | None:
@@ -249,6 +277,9 @@ async def _order_for(
         if number:
             return await store.order_view_async(owner, number, actor=actor, action=_read(action)), owner
         orders = await store.orders_list_async(owner, actor=actor)
+        several = replies.candidates(orders, action)
+        if len(several) > 1:
+            raise ChooseOrder(tuple(several[:MAX_CHOICES]))
         chosen = replies.pick(orders, action)
         return (chosen, owner) if chosen is not None else None
     if number and email:
@@ -261,6 +292,17 @@ async def _order_for(
         if number is None or known_number == number:
             return await store.order_view_async(owner, known_number, actor=actor, action=_read(action)), owner
     return None
+
+
+async def find_order(
+    question: Question, action: str, number: str | None, email: str | None
+) -> tuple[Order, Owner] | None:
+    """The order ``action`` is about, with its owner: a verified shopper's own (named, or the one
+    the action points at), an order number with the e-mail it was placed with, or an order the
+    conversation proved earlier; None when it is not known yet (a piece is missing). Raises
+    ``StoreError`` (``not_found`` for a wrong number or e-mail, ``upstream``...), or
+    :class:`ChooseOrder` when a verified shopper's change could be about several orders."""
+    return await _order_for(question, action, number, email)
 
 
 def _read(action: str) -> str:
@@ -278,6 +320,8 @@ async def intent_decision(
     number, email = order_number_in(question.text), email_in(question.text)
     try:
         found = await _order_for(question, action, number, email)
+    except ChooseOrder as several:
+        return await ask_which(question, locale, action, several.orders)
     except StoreError as e:
         if e.code == "not_found":
             return _reply(replies.store_error(e, locale, number=number or ""), f"action {action} not_found")
@@ -290,6 +334,9 @@ async def intent_decision(
             # store's general answer, and what their orders show.
             text = f"{faq_text}\n\n{replies.no_order_for(action, locale)}"
             return _reply(text, f"faq, no order for {action}", route="faq", faq_entry_id=faq_entry_id)
+        # The task waits for the missing pieces (routing.orders.tasks): the next message may
+        # bring only the e-mail, or only the order number. It replaces any earlier task.
+        await _task_start(question, action, number, email)
         text = f"{faq_text}\n\n{replies.offer_lookup(locale, number_given=bool(number))}"
         return _reply(text, f"faq, order unknown for {action}", route="faq", faq_entry_id=faq_entry_id)
     order, owner = found
@@ -336,10 +383,40 @@ def reference_action(text: str) -> str:
     return "status"
 
 
+async def _task_start(question: Question, action: str, number: str | None, email: str | None) -> None:
+    """Make ``action`` the conversation's task, waiting for its missing pieces; an offer waiting
+    from an earlier task is forgotten (a "yes" now answers this one)."""
+    cid = question.conversation_id
+    if cid is None:
+        return
+    await sync_to_async(store.pending_drop, thread_sensitive=False)(cid)
+    task = task_state.Task(intent=action, order_number=number or "", email=email or "")
+    await task_state.task_save_async(cid, question.session_from_seq, task)
+
+
+async def _task_end(question: Question) -> None:
+    """The conversation's task is over (answered, refused, or handed on): forget it and any
+    offer left from it."""
+    cid = question.conversation_id
+    if cid is None:
+        return
+    if await task_state.task_drop_async(cid):
+        await sync_to_async(store.pending_drop, thread_sensitive=False)(cid)
+
+
+async def answer_order(question: Question, locale: str, action: str, order: Order, owner: Owner) -> ActionReply:
+    """What ``action`` on ``order`` (which ``owner`` proved) gives: the status or refund
+    (route ``action``, the task ends), why it cannot be done (the task ends), what to send for a
+    change, or the offer of a change waiting for a yes (the task then awaits ``confirm``)."""
+    return await _answer(question, locale, action, order, owner)
+
+
 async def _answer(question: Question, locale: str, action: str, order: Order, owner: Owner) -> ActionReply:
     cid = question.conversation_id
     if cid is not None:
         await sync_to_async(store.order_remember, thread_sensitive=False)(cid, owner, order.number)
+    if action not in ("cancel", "return") or not replies.possible(order, action)[0]:
+        await _task_end(question)
     if action in ("status", "refund_status"):
         text = replies.refund(order, locale) if action == "refund_status" else replies.status(order, locale)
         return _reply(text, f"action {action} {order.number}")
@@ -354,4 +431,8 @@ async def _answer(question: Question, locale: str, action: str, order: Order, ow
     if cid is None:
         return _reply(replies.status(order, locale), f"action {action}: no conversation to confirm in")
     await sync_to_async(store.pending_offer, thread_sensitive=False)(cid, owner, action, order.number)
+    task = task_state.Task(
+        intent=action, order_number=order.number, email="" if owner.customer_id else owner.email, awaiting="confirm"
+    )
+    await task_state.task_save_async(cid, question.session_from_seq, task)
     return _reply(replies.offer(order, action, locale), f"action {action} offered {order.number}")

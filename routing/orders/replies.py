@@ -390,3 +390,84 @@ def store_error(error: StoreError, locale: str, *, number: str = "") -> str:
     if zh:
         return "暂时无法连接订单系统，请稍后再试，或请人工客服帮您处理。"
     return "I couldn't reach our order system just now. Please try again in a minute, or ask for a person."
+
+
+def task_expired(locale: str) -> str:
+    """A reply to a task that waited longer than ``KEFU_STORE_CONFIRM_TTL_S``: nothing is done
+    before the shopper says to check again."""
+    if _zh(locale):
+        return "这个请求已经过期了——要我再帮您查一次吗？请回复“是”或“不”。"
+    return 'That offer expired — shall I check again? Reply "yes" or "no".'
+
+
+def task_dropped(locale: str) -> str:
+    """The shopper said no to a task that was still missing a piece (or to checking again)."""
+    if _zh(locale):
+        return "好的，这件事先放下。还有什么可以帮您的吗？"
+    return "All right, I have set that aside. Is there anything else I can help with?"
+
+
+def task_missing(action: str, locale: str, *, number: str = "", email: str = "") -> str:
+    """What the shopper still has to send for ``action``: the order number, the e-mail address
+    the order was placed with, or both."""
+    zh = _zh(locale)
+    if number and not email:
+        if zh:
+            return f"请告诉我订单 {number} 下单时使用的邮箱，我来帮您处理。"
+        return f"Please tell me the e-mail address order {number} was placed with, and I will take it from there."
+    if email and not number:
+        if zh:
+            return "请告诉我订单号（例如 KF-1001），我来帮您处理。"
+        return "Please tell me the order number (like KF-1001), and I will take it from there."
+    if zh:
+        return "请告诉我订单号和下单时使用的邮箱，我来帮您处理。"
+    return "Please tell me the order number and the e-mail address it was placed with, and I will take it from there."
+
+
+def nothing_pending(yes: bool, locale: str) -> str:
+    """kefu's own short reply to a bare "yes"/"ok" or "no" when nothing waits for one."""
+    if _zh(locale):
+        return "好的！还有什么可以帮您的吗？" if yes else "好的。如果还需要帮助，随时告诉我。"
+    return (
+        "OK! Is there anything else I can help you with?" if yes else "All right. If you need anything else, just ask."
+    )
+
+
+def candidates(orders: Sequence[Order], action: str) -> list[Order]:
+    """Of a verified shopper's ``orders`` (newest first), those a change could be about: not yet
+    packed for ``cancel``/``change``/``change_address``, delivered and returnable for
+    ``return``; none for look-ups (they take the newest, :func:`pick`)."""
+    if action in ("cancel", "change", "change_address"):
+        return [o for o in orders if o.status == "placed"]
+    if action == "return":
+        return [o for o in orders if o.returnable]
+    return []
+
+
+_ORDINALS_ZH = "一二三四五"
+
+
+def which_order(orders: Sequence[Order], locale: str) -> str:
+    """ "Which one?" between ``orders``, numbered as the shopper may answer ("the second one",
+    "第二个", or the order number)."""
+    zh = _zh(locale)
+    lines = [
+        f"{i}. {o.number}（{_items(o, locale)}，{_date(o.placed_at, locale)}）"
+        if zh
+        else f"{i}. {o.number} ({_items(o, locale)}, placed {_date(o.placed_at, locale)})"
+        for i, o in enumerate(orders, 1)
+    ]
+    if zh:
+        return "您指的是哪一个订单？\n" + "\n".join(lines) + "\n请回复订单号，或“第一个”“第二个”。"
+    return (
+        "Which order do you mean?\n"
+        + "\n".join(lines)
+        + '\nReply with its number, or "the first one", "the second one".'
+    )
+
+
+def pick_again(count: int, locale: str) -> str:
+    """The shopper picked a position kefu did not list ("the fourth one" of two)."""
+    if _zh(locale):
+        return f"我只列出了 {count} 个订单，请回复序号（1 到 {count}）或订单号。"
+    return f"I listed {count} orders: please pick one from 1 to {count}, or reply with the order number."

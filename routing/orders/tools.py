@@ -18,7 +18,10 @@ row (purpose ``tool``).
 A change (cancel, return, new address) is never made by a tool call: the call records an offer
 (``store.services.pending_offer``) and the answer ends with kefu's own confirmation question
 (``routing.orders.replies``), so what the shopper confirms is exactly what will happen; their
-"yes" makes it (``routing.orders.actions.confirm_decision``).
+"yes" makes it (``routing.orders.tasks``). The calls share the conversation's task with the
+template path (``routing.orders.task_state``): an offer makes the task await ``confirm``, a call
+missing the e-mail leaves a task the shopper's bare e-mail completes, and an e-mail given for
+the task proves the order here too.
 
 An answer in which a tool was called is this shopper's alone: never stored in the answer cache,
 never shared with an identical question in flight. Personal data masked in the prompt
@@ -40,7 +43,7 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from routing.faq.registry import registry
-from routing.orders import actions, replies
+from routing.orders import actions, replies, task_state
 from routing.providers.base import ProviderError, StreamDone, TextDelta, ToolCall, Usage
 from routing.types import Question
 from routing.upstream import resilience
@@ -215,6 +218,10 @@ def _error(code: str, message: str, next_step: str = "") -> str:
 
 
 async def _owner(question: Question, number: str, email: str) -> Owner | None:
+    """Who asks about order ``number``: the verified shopper, the e-mail the model passed on, an
+    owner the conversation proved the order with, or the e-mail the shopper gave for the
+    conversation's task (``routing.orders.task_state``: the template path's pieces count here
+    too). The store's door still checks the order against it."""
     if question.customer_id:
         return Owner(customer_id=question.customer_id)
     if email:
@@ -226,7 +233,15 @@ async def _owner(question: Question, number: str, email: str) -> Owner | None:
     for known_number, owner in known:
         if re.sub(r"\D", "", known_number) == wanted:
             return owner
+    task = await task_state.task_get_async(question.conversation_id, question.session_from_seq)
+    if task is not None and task.email and not task.expired:
+        return Owner(email=task.email)
     return None
+
+
+async def _task_save(question: Question, task: task_state.Task) -> None:
+    if question.conversation_id is not None:
+        await task_state.task_save_async(question.conversation_id, question.session_from_seq, task)
 
 
 async def run_tool(call: ToolCall, *, question: Question, locale: str) -> tuple[str, str | None]:
@@ -259,6 +274,9 @@ async def run_tool(call: ToolCall, *, question: Question, locale: str) -> tuple[
         assert isinstance(args, _OrderArgs)
         owner = await _owner(question, args.order_number, args.email)
         if owner is None:
+            # The shopper's next message may bring only the e-mail: the template path finishes
+            # the task then (routing.orders.tasks), with no second model call.
+            await _task_save(question, task_state.Task(intent=action, order_number=args.order_number, source="tool"))
             return _error(
                 "needs_email",
                 "the order's e-mail address is needed",
@@ -286,6 +304,14 @@ async def run_tool(call: ToolCall, *, question: Question, locale: str) -> tuple[
         await sync_to_async(store.pending_offer, thread_sensitive=False)(
             question.conversation_id, owner, action, order.number, arguments=arguments
         )
+        task = task_state.Task(
+            intent=action,
+            order_number=order.number,
+            email="" if owner.customer_id else owner.email,
+            awaiting="confirm",
+            source="tool",
+        )
+        await _task_save(question, task)
         return json.dumps({"ok": True, "asked_shopper_to_confirm": True}), text
     except StoreError as e:
         return _error(

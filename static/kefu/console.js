@@ -170,6 +170,8 @@
       case "stream.delta":
         return onDelta(f);
       case "stream.end":
+        // A bot answer may have started, advanced or ended the shopper's task.
+        if (["action", "faq", "decline"].includes(f.route) || String(f.route).startsWith("llm.")) loadTask();
         return upsertMessage({ id: f.id, seq: f.seq, role: "bot", text: f.text, route: f.route, cut: f.cut, streaming: false });
       case "status":
         return onStatus(f.status, f.agent || "");
@@ -284,6 +286,54 @@
     renderStatus();
     send({ type: "open", conversation: id });
     loadOrders();
+    loadTask();
+  }
+
+  // --- the shopper's task across messages (docs/console.md, Task) --------------------------------
+  // GET/POST /console/conversations/<id>/task; the labels come translated in the page (data-*).
+  function taskLabel(name) {
+    return $("task").dataset[name.replace(/-([a-z_])/g, (_, c) => c.toUpperCase())] || "";
+  }
+
+  function renderTask(task) {
+    const box = $("task-text");
+    $("btn-task-clear").hidden = !task;
+    if (!task) {
+      box.textContent = taskLabel("none");
+      return;
+    }
+    const lines = [taskLabel(`intent-${task.intent}`) || task.intent, taskLabel(`awaiting-${task.awaiting}`)];
+    if (task.order_number) lines.push(`${taskLabel("order")}: ${task.order_number}`);
+    if (task.email) lines.push(`${taskLabel("email")}: ${task.email}`);
+    lines.push(task.expired ? taskLabel("expired") : `${taskLabel("expires")}: ${new Date(task.expires_at).toLocaleTimeString()}`);
+    box.textContent = lines.filter(Boolean).join(" · ");
+  }
+
+  function taskUrl() {
+    return `/console/conversations/${state.open}/task`;
+  }
+
+  function loadTask() {
+    if (!state.open) return;
+    const id = state.open;
+    fetch(taskUrl(), { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then((body) => { if (state.open === id) renderTask(body.task); })
+      .catch(() => { $("task-text").textContent = taskLabel("failed"); });
+  }
+
+  function clearTask() {
+    if (!state.open) return;
+    const body = new URLSearchParams({ clear: "1" });
+    fetch(taskUrl(), {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "X-CSRFToken": $("task").dataset.csrf, Accept: "application/json" },
+      body,
+    })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then(() => { renderTask(null); $("task-text").textContent = taskLabel("cleared"); })
+      .catch(() => { $("task-text").textContent = taskLabel("failed"); });
   }
 
   function onHistory(f) {
@@ -619,7 +669,8 @@
   $("btn-take").addEventListener("click", () => send({ type: "take_over", conversation: state.open }));
   $("btn-back").addEventListener("click", () => send({ type: "hand_back", conversation: state.open }));
   $("btn-close").addEventListener("click", () => send({ type: "close", conversation: state.open }));
-  $("btn-orders").addEventListener("click", loadOrders);
+  $("btn-orders").addEventListener("click", () => { loadOrders(); loadTask(); });
+  $("btn-task-clear").addEventListener("click", clearTask);
   $("btn-suggest").addEventListener("click", () => {
     $("suggest-hint").textContent = "Drafting…";
     send({ type: "suggest", conversation: state.open });

@@ -9,10 +9,12 @@ from typing import Any
 
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
+from .errors import InvalidSearch
+from .search import search
 from .selectors import conversation_transcript, user_is_agent
 from .services import agent_display_name
 
@@ -71,6 +73,18 @@ def console_transcript(request: HttpRequest, conversation_id: uuid.UUID) -> Http
     if transcript is None:
         raise Http404("no such conversation")
     return render(request, "console_transcript.html", transcript)
+
+
+@_agent_only
+def console_search(request: HttpRequest) -> HttpResponse:
+    """``GET /console/api/search?q=TEXT`` (CONTRACT.md, "Staff search"; docs/search.md): JSON
+    ``{"results": [{"conversation", "status", "last_message_at", "snippet"}, ...]}``, newest first,
+    at most 50. A bad query is ``400 {"error": {"code": "invalid" | "too_long", "message"}}``."""
+    try:
+        hits = search(text=request.GET.get("q", ""), agent=request.user)
+    except InvalidSearch as e:
+        return JsonResponse({"error": {"code": e.code, "message": e.message}}, status=400)
+    return JsonResponse({"results": [h.as_json() for h in hits]})
 
 
 class ConsoleLoginView(LoginView):

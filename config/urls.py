@@ -18,6 +18,7 @@ urlpatterns = [
     # Agent console (docs/console.md); its WebSocket is /ws/agent/ (chat/routing.py).
     path("console/", views.console, name="console"),
     path("console/conversations/<uuid:conversation_id>/", views.console_transcript, name="console-transcript"),
+    path("console/api/search", views.console_search, name="console-search"),
     path("console/login/", views.ConsoleLoginView.as_view(), name="console-login"),
     path("console/logout/", LogoutView.as_view(next_page="/console/login/"), name="console-logout"),
     # Ops (docs/ops.md): staff with the routing.view_costs permission; /metrics for Prometheus.

@@ -160,9 +160,10 @@ def _message_match(q: Query, vendor: str) -> tuple[str, list[Any]]:
     return sql, params
 
 
-def _find(q: Query) -> list[tuple[Any, str, Any, int | None]]:
-    """``(conversation id, status, last message time, id of the newest matching message or
-    None)`` of the newest :data:`LIMIT` conversations found, in one statement."""
+def find_sql(q: Query) -> tuple[str, list[Any]]:
+    """The one statement of a search and its params (bench/search.py explains it): rows
+    ``(conversation id, status, last message time, id of the newest matching message or None)``
+    of the newest :data:`LIMIT` conversations found."""
     c_table = connection.ops.quote_name(Conversation._meta.db_table)
     m_table = connection.ops.quote_name(Message._meta.db_table)
     parts: list[str] = []
@@ -188,6 +189,11 @@ def _find(q: Query) -> list[tuple[Any, str, Any, int | None]]:
         f"FROM (SELECT cid, MAX(mid) AS mid FROM ({' UNION ALL '.join(parts)}) u GROUP BY cid) hit "
         f"JOIN {c_table} c ON c.id = hit.cid ORDER BY last_at DESC, c.id DESC LIMIT {LIMIT}"
     )
+    return sql, params
+
+
+def _find(q: Query) -> list[tuple[Any, str, Any, int | None]]:
+    sql, params = find_sql(q)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [(r[0], r[1], r[2], r[3]) for r in cursor.fetchall()]

@@ -176,3 +176,32 @@ def test_the_index_comes_back_after_a_table_rebuild_dropped_its_triggers(alice):
     after = shopper_says("more velvet")
     assert sorted(ids(alice.get(URL, {"q": "velvet"}))) == sorted([str(before), str(after)])
     assert index_ensure() is False
+
+
+def test_the_search_box_in_english_and_chinese(alice):
+    from django.utils import translation
+
+    page = alice.get("/console/").content.decode()
+    assert 'id="search-q"' in page and "console_search.js" in page
+    assert "Search words, e-mail, order, customer (press /)" in page
+    with translation.override("zh-hans"):
+        page = alice.get("/console/").content.decode()
+    assert '<html lang="zh-hans">' in page
+    assert "搜索文字、邮箱、订单号、客户（按 /）" in page and 'data-status-closed="已关闭"' in page
+
+
+def test_every_staff_string_is_translated_in_english_and_chinese():
+    import gettext
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "locale"
+    for lang in ("en", "zh_Hans"):
+        po = (root / lang / "LC_MESSAGES" / "django.po").read_text(encoding="utf-8")
+        pairs = re.findall(r'^msgid "(.+)"\nmsgstr "(.*)"$', po, flags=re.M)
+        assert pairs, lang
+        assert [m for m, s in pairs if not s] == [], lang
+        with (root / lang / "LC_MESSAGES" / "django.mo").open("rb") as mo:
+            compiled = gettext.GNUTranslations(mo)
+        stale = [m for m, s in pairs if compiled.gettext(m) != s]
+        assert stale == [], f"{lang}: compile the messages (manage.py compilemessages)"

@@ -259,7 +259,20 @@ def rare_words(rng: random.Random, n: int) -> list[str]:
     return sorted(out)
 
 
-def generate(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
+class _NoCopy:
+    """A COPY that writes nothing (``--db``: the rows are already there)."""
+
+    def __enter__(self) -> _NoCopy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def write_row(self, row: Any) -> None:
+        return None
+
+
+def generate(args: argparse.Namespace, now: datetime, *, write: bool = True) -> dict[str, Any]:
     """COPY the conversations and messages; returns what the queries are drawn from."""
     from django.db import connection, transaction
 
@@ -325,8 +338,13 @@ def generate(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
     # after the conversations' COPY (one COPY at a time on a connection).
     with transaction.atomic(), connection.cursor() as cursor:
         raw = cursor.cursor
-        cursor.execute("DROP INDEX IF EXISTS chat_message_search_terms")
-        with raw.copy(f"COPY {m_table} ({', '.join(msg_cols + list(extra_msg))}) FROM STDIN") as cmsg:
+
+        def copy(table: str, cols: list[str]) -> Any:
+            return raw.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") if write else _NoCopy()
+
+        if write:
+            cursor.execute("DROP INDEX IF EXISTS chat_message_search_terms")
+        with copy(m_table, msg_cols + list(extra_msg)) as cmsg:
             for i in range(args.conversations):
                 cid = uuid.UUID(int=rng.getrandbits(128), version=4)
                 start = now - timedelta(seconds=span_s * (1 - i / args.conversations))
@@ -369,7 +387,7 @@ def generate(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
                     [cid, "0" * 64, status, "zh" if zh else "en", args.per, contact, customer, cemail, start, last]
                     + list(extra_conv.values())
                 )
-        with raw.copy(f"COPY {c_table} ({', '.join(conv_cols + list(extra_conv))}) FROM STDIN") as cconv:
+        with copy(c_table, conv_cols + list(extra_conv)) as cconv:
             for row in conversations:
                 cconv.write_row(row)
     return {
@@ -415,10 +433,12 @@ def run(args: argparse.Namespace) -> None:
     from chat.search import index_ensure, search
 
     call_command("migrate", verbosity=0)
-    agent = User.objects.create_user("bench-agent", is_staff=True)
+    agent, _ = User.objects.get_or_create(username="bench-agent", defaults={"is_staff": True})
     agent.user_permissions.add(Permission.objects.get(codename="handle_conversations"))
     t = time.perf_counter()
-    data = generate(args, timezone.now())
+    # With --db the rows are there: generated again without writing (the same seed gives the
+    # same rows, so the same queries).
+    data = generate(args, timezone.now(), write=not args.db)
     load_s = time.perf_counter() - t
     t = time.perf_counter()
     index_ensure(connection)
@@ -495,6 +515,8 @@ def main() -> None:
     parser.add_argument("--each", type=int, default=20, help="queries of each kind (default 20)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=31)
+    parser.add_argument("--db", default="", help="search this database, loaded by an earlier run with --keep")
+    parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
     parser.add_argument("--explain", action="store_true", help="print the plan of one query of each kind")
     args = parser.parse_args()
 
@@ -503,9 +525,10 @@ def main() -> None:
     import psycopg
 
     admin = os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    pg_name = f"kefu_search_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as db:
-        db.execute(f'CREATE DATABASE "{pg_name}"')
+    pg_name = args.db or f"kefu_search_bench_{uuid.uuid4().hex[:8]}"
+    if not args.db:
+        with psycopg.connect(admin, autocommit=True) as db:
+            db.execute(f'CREATE DATABASE "{pg_name}"')
     os.environ["DATABASE_URL"] = urlsplit(admin)._replace(path="/" + pg_name).geturl()
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
@@ -515,8 +538,11 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        with psycopg.connect(admin, autocommit=True) as db:
-            db.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
+        if args.keep:
+            print(f"kept: --db {pg_name}")
+        else:
+            with psycopg.connect(admin, autocommit=True) as db:
+                db.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

@@ -205,3 +205,14 @@ def test_every_staff_string_is_translated_in_english_and_chinese():
             compiled = gettext.GNUTranslations(mo)
         stale = [m for m, s in pairs if compiled.gettext(m) != s]
         assert stale == [], f"{lang}: compile the messages (manage.py compilemessages)"
+
+
+def test_an_old_match_is_found_past_the_newest_slices(alice, monkeypatch):
+    from chat import search as search_module
+
+    monkeypatch.setattr(search_module, "SLICES", (3, 6, None))
+    old = shopper_says("an antique lamp")
+    for n in range(10):
+        shopper_says(f"message {n}")
+    recent = shopper_says("another antique")
+    assert ids(alice.get(URL, {"q": "antique"})) == [str(recent), str(old)]

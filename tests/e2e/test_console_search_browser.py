@@ -57,7 +57,7 @@ def test_search_by_order_number_e_mail_and_two_chinese_characters(live_kefu, pg_
         check=True,
         capture_output=True,
     )
-    order, mail, zh = seeded.stdout.split()
+    order, mail, zh = seeded.stdout.strip().splitlines()[-1].split()  # after any start-up log lines
     errors: list[str] = []
 
     page = browser.new_context().new_page()

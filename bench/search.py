@@ -460,11 +460,11 @@ def run(args: argparse.Namespace) -> None:
         print(f"{kind:7} results per query: median {statistics.median(counts):g}, max {max(counts)}, none {zero}")
 
     if args.explain:
-        from chat.search import find_sql
+        from chat.search import SLICES, find_sql
         from lib.search_terms import query_terms
 
         for kind, qs in queries.items():
-            sql, params = find_sql(query_terms(qs[0]))
+            sql, params = find_sql(query_terms(qs[0]), newest=SLICES[0])
             with connection.cursor() as cursor:
                 cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
                 print(f"--- {kind}: {qs[0]}\n" + "\n".join(r[0] for r in cursor.fetchall()))

@@ -146,11 +146,27 @@ def messages_index(*, batch: int = 2000) -> int:
         last = rows[-1].pk
 
 
-def _message_match(q: Query, vendor: str) -> tuple[str, list[Any]]:
-    """The SQL condition on message ``m`` for the query's terms and phrases, and its params."""
+def _message_match(q: Query, vendor: str, *, sliced: bool) -> tuple[str, list[Any]]:
+    """The SQL condition on message ``m`` for the query's terms and phrases, and its params.
+
+    PostgreSQL, in a slice of the newest messages (``sliced``): the index is asked for one term
+    (the longest) and the other terms are checked on the rows it gives. Asked for several terms,
+    the planner estimates one row (its default selectivity for ``@>``), skips intersecting the
+    index with the slice's id range, and fetches every match of the whole table (a common Chinese
+    word, 3% of a million messages: 650 ms measured, against 30 ms for one term)."""
     params: list[Any]
     if vendor == "postgresql":
-        sql, params = "m.search_terms <> '' AND string_to_array(m.search_terms, ' ') @> %s::text[]", [list(q.terms)]
+        if sliced and len(q.terms) > 1:
+            key = max(q.terms, key=len)
+            # "|| '{}'" keeps the full check off the index (not the indexed expression).
+            sql = (
+                "m.search_terms <> '' AND string_to_array(m.search_terms, ' ') @> %s::text[] "
+                "AND (string_to_array(m.search_terms, ' ') || '{}'::text[]) @> %s::text[]"
+            )
+            params = [[key], list(q.terms)]
+        else:
+            sql = "m.search_terms <> '' AND string_to_array(m.search_terms, ' ') @> %s::text[]"
+            params = [list(q.terms)]
     else:
         match = " ".join('"' + t.replace('"', '""') + '"' for t in q.terms)
         sql, params = f"m.id IN (SELECT rowid FROM {_FTS} WHERE {_FTS} MATCH %s)", [match]
@@ -170,7 +186,7 @@ def find_sql(q: Query, *, newest: int | None = None) -> tuple[str, list[Any]]:
     parts: list[str] = []
     params: list[Any] = []
     if q.terms:
-        cond, cond_params = _message_match(q, connection.vendor)
+        cond, cond_params = _message_match(q, connection.vendor, sliced=newest is not None)
         params += cond_params
         if newest is not None:
             cond += f" AND m.id > (SELECT MAX(id) FROM {m_table}) - %s"

@@ -22,7 +22,9 @@ the log row) in this process for five kinds of query, ``--each`` (20) of each:
 
 At concurrency 1 (every query ``--repeat`` (3) times after one warm-up round) and at 8 (8
 threads, each its own database connection, each running the whole list ``--repeat`` times in its
-own order); p50 / p95 / max per kind and overall, in ms.
+own order); p50 / p95 / max per kind and overall (``all``: the searches), in ms. Beside them,
+interleaved, ``floor``: a round trip and the log row's INSERT, what every search pays besides
+its own work (on a busy machine, most of it).
 
     .venv/bin/python bench/search.py                       # 1,000,000 messages, ~10 min
     .venv/bin/python bench/search.py --conversations 10000 # a quick look
@@ -469,10 +471,20 @@ def run(args: argparse.Namespace) -> None:
                 cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
                 print(f"--- {kind}: {qs[0]}\n" + "\n".join(r[0] for r in cursor.fetchall()))
 
-    flat = [(kind, q) for kind, qs in queries.items() for q in qs]
+    # The floor, interleaved with the searches: what any request of the view costs here besides
+    # the search itself (one round trip and the log row's INSERT and commit). On a busy shared
+    # machine most of a search's time is this.
+    from chat.models import SearchLog
+
+    def floor() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        SearchLog.objects.create(agent=agent, query="floor", results=0, took_ms=0)
+
+    flat = [(kind, q) for kind, qs in queries.items() for q in qs] + [("floor", "")] * args.each
     rows: list[tuple[str, int, dict[str, list[float]]]] = []
     for concurrency in (1, 8):
-        times: dict[str, list[float]] = {k: [] for k in queries}
+        times: dict[str, list[float]] = {k: [] for k in [*queries, "floor"]}
         lock = threading.Lock()
 
         def worker(n: int) -> None:
@@ -481,7 +493,7 @@ def run(args: argparse.Namespace) -> None:
             try:
                 for kind, q in order:
                     t0 = time.perf_counter()
-                    search(text=q, agent=agent)
+                    floor() if kind == "floor" else search(text=q, agent=agent)
                     ms = (time.perf_counter() - t0) * 1000
                     with lock:
                         times[kind].append(ms)
@@ -503,8 +515,8 @@ def run(args: argparse.Namespace) -> None:
     print("| kind | concurrency | searches | p50 ms | p95 ms | max ms |")
     print("|---|---|---|---|---|---|")
     for _, concurrency, times in rows:
-        for kind in [*queries, "all"]:
-            v = [x for vs in times.values() for x in vs] if kind == "all" else times[kind]
+        for kind in [*queries, "all", "floor"]:
+            v = [x for k, vs in times.items() if k != "floor" for x in vs] if kind == "all" else times[kind]
             print(f"| {kind} | {concurrency} | {len(v)} | {pct(v, 50):.1f} | {pct(v, 95):.1f} | {max(v):.1f} |")
 
 

@@ -37,7 +37,7 @@ from lib.search_terms import Query, index_terms, query_terms
 from .errors import InvalidSearch
 from .models import Conversation, Message, Role, SearchLog
 
-__all__ = ["LIMIT", "MAX_QUERY_CHARS", "Hit", "index_ensure", "messages_index", "search"]
+__all__ = ["LIMIT", "MAX_QUERY_CHARS", "Hit", "index_drop", "index_ensure", "messages_index", "search"]
 
 #: At most this many conversations per search (CONTRACT.md, "Staff search").
 LIMIT = 50
@@ -85,6 +85,9 @@ def index_ensure(conn: BaseDatabaseWrapper | None = None) -> bool:
     conn = conn or connection
     table = Message._meta.db_table
     with conn.cursor() as cursor:
+        columns = {c.name for c in conn.introspection.get_table_description(cursor, table)}
+        if "search_terms" not in columns:  # migrated back before chat.0020 (or not yet to it)
+            return False
         if conn.vendor == "postgresql":
             cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [_GIN])
             if cursor.fetchone():
@@ -123,6 +126,19 @@ def index_ensure(conn: BaseDatabaseWrapper | None = None) -> bool:
         )
         cursor.execute(f"INSERT INTO {_FTS}({_FTS}) VALUES ('rebuild')")
     return True
+
+
+def index_drop(conn: BaseDatabaseWrapper | None = None) -> None:
+    """Drop the message index (chat.0020 migrated backwards): the GIN index, or the FTS5 table
+    and its triggers, which would otherwise name a column that is gone."""
+    conn = conn or connection
+    with conn.cursor() as cursor:
+        if conn.vendor == "postgresql":
+            cursor.execute(f"DROP INDEX IF EXISTS {_GIN}")
+        elif conn.vendor == "sqlite":
+            for name in _TRIGGERS:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+            cursor.execute(f"DROP TABLE IF EXISTS {_FTS}")
 
 
 def messages_index(*, batch: int = 2000) -> int:

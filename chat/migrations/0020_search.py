@@ -37,6 +37,12 @@ def ensure_index(apps, schema_editor):
     index_ensure(schema_editor.connection)
 
 
+def drop_index(apps, schema_editor):
+    from chat.search import index_drop
+
+    index_drop(schema_editor.connection)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -77,5 +83,5 @@ class Migration(migrations.Migration):
             field=models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
         migrations.RunPython(fill_search_terms, migrations.RunPython.noop, elidable=True),
-        migrations.RunPython(ensure_index, migrations.RunPython.noop),
+        migrations.RunPython(ensure_index, drop_index),
     ]

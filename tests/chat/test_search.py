@@ -216,3 +216,28 @@ def test_an_old_match_is_found_past_the_newest_slices(alice, monkeypatch):
         shopper_says(f"message {n}")
     recent = shopper_says("another antique")
     assert ids(alice.get(URL, {"q": "antique"})) == [str(recent), str(old)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_fills_the_terms_of_existing_messages():
+    from django.core.management import call_command
+    from django.db.migrations.executor import MigrationExecutor
+
+    call_command("migrate", "chat", "0019", verbosity=0)
+    try:
+        old = MigrationExecutor(connection).loader.project_state(("chat", "0019_message_rated_at")).apps
+        conv = old.get_model("chat", "Conversation").objects.create(token_hash="0" * 64)
+        old.get_model("chat", "Message").objects.create(
+            conversation=conv, seq=1, role="shopper", text="旧的退货 KF-7001"
+        )
+        old.get_model("chat", "Message").objects.create(
+            conversation=conv, seq=2, role="system", text="No one is online"
+        )
+    finally:
+        call_command("migrate", "chat", verbosity=0)
+    terms = dict(Message.objects.filter(conversation_id=conv.pk).values_list("seq", "search_terms"))
+    assert "退货" in terms[1].split() and "kf7001" in terms[1].split()
+    assert terms[2] == ""  # the bot's own notices are not indexed
+    c = Client()
+    c.force_login(make_user("alice"))
+    assert ids(c.get(URL, {"q": "KF-7001"})) == [str(conv.pk)]

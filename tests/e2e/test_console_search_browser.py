@@ -36,7 +36,9 @@ services.conversation_close(conversation_id=order, agent=bob)
 mail = chat("please write back to me", email="Lin.Wei@example.com")
 zh = chat("你好，我想退货，可以吗？")
 chat("where is my order KF-2049", "我想换货", email="someone@example.com")
-print(order, mail, zh)
+title = chat("发票抬头可以改吗")
+chat("发票 票抬 抬头")  # every bigram of the word, never the word
+print(order, mail, zh, title)
 """
 
 
@@ -57,7 +59,7 @@ def test_search_by_order_number_e_mail_and_two_chinese_characters(live_kefu, pg_
         check=True,
         capture_output=True,
     )
-    order, mail, zh = seeded.stdout.strip().splitlines()[-1].split()  # after any start-up log lines
+    order, mail, zh, title = seeded.stdout.strip().splitlines()[-1].split()  # after any start-up log lines
     errors: list[str] = []
 
     page = browser.new_context().new_page()
@@ -105,5 +107,14 @@ def test_search_by_order_number_e_mail_and_two_chinese_characters(live_kefu, pg_
     expect(hits.first).to_have_attribute("data-conversation", zh)
     expect(hits.first.locator(".search__snippet")).to_have_text("你好，我想退货，可以吗？")
     expect(page.locator("#search-status")).to_have_text("1 conversations, newest first")
+
+    # Several words at once (PostgreSQL asks its index for one and checks the rest), and a
+    # four-character Chinese word: its bigrams, then the word itself in the text.
+    search("two WEEKS")
+    expect(hits).to_have_count(1, timeout=20000)
+    expect(hits.first).to_have_attribute("data-conversation", order)
+    search("发票抬头")
+    expect(hits).to_have_count(1, timeout=20000)
+    expect(hits.first).to_have_attribute("data-conversation", title)
     assert errors == [], errors
     assert re.fullmatch(r"[0-9a-f-]{36}", zh)

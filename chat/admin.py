@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import CannedReply, Conversation, InternalNote, Message
+from .models import CannedReply, Conversation, InternalNote, Message, SearchLog
 
 
 class MessageInline(admin.TabularInline):
@@ -48,3 +48,18 @@ class CannedReplyAdmin(admin.ModelAdmin):
     list_editable = ("position", "active")
     list_filter = ("active", "locale")
     search_fields = ("title", "text")
+
+
+@admin.register(SearchLog)
+class SearchLogAdmin(admin.ModelAdmin):
+    """Staff searches (chat.search): read-only, the record of who looked for what."""
+
+    list_display = ("created_at", "agent", "query", "results", "took_ms")
+    list_filter = ("agent",)
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False

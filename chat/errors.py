@@ -76,3 +76,11 @@ class OrderRefused(ChatError):
         super().__init__(message)
         self.code = code
         self.permanent = code != "upstream"
+
+
+class InvalidSearch(ChatError):
+    """A staff search the console cannot run: ``invalid`` (an empty query) or ``too_long``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code

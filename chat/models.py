@@ -7,6 +7,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 
 
 class ConversationStatus(models.TextChoices):
@@ -103,6 +104,9 @@ class Conversation(models.Model):
             models.Index(fields=["status", "updated_at"]),
             # Ops re-rolls the outcomes of conversations scored since its last run (ops.rollup).
             models.Index(fields=["csat_at"], condition=models.Q(csat_at__isnull=False), name="conversation_csat_at"),
+            # Staff search finds a conversation by the shopper's e-mail, in any case (chat.search).
+            models.Index(Lower("contact_email"), name="conversation_contact_email"),
+            models.Index(Lower("customer_email"), name="conversation_customer_email"),
         ]
         permissions = [("handle_conversations", "Can answer shoppers in the agent console")]
 
@@ -169,6 +173,10 @@ class Message(models.Model):
     # (chat.answering); once it ran out, the process is taken for dead and the answer is an
     # orphan for any live process's sweep to finish (chat.sweeper). None: not streaming.
     lease_until = models.DateTimeField(null=True, blank=True)
+    # Staff search's index keys of ``text`` (lib.search_terms.index_terms, space-separated),
+    # computed in Python when the text is written: indexed by GIN on PostgreSQL and FTS5 on
+    # SQLite (chat.search.index_ensure). "" for messages search does not show (the bot's own notices).
+    search_terms = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -256,3 +264,21 @@ class UsedIdentityToken(models.Model):
 
     jti = models.CharField(max_length=64, primary_key=True)
     expires_at = models.DateTimeField(db_index=True)
+
+
+class SearchLog(models.Model):
+    """One staff search (``GET /console/api/search``): who searched, when, how many conversations
+    it found and how long it took (ms). ``query`` is the text searched, or "" when it held an
+    e-mail address (a shopper's personal data stays out of the log)."""
+
+    agent = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    query = models.CharField(max_length=200, blank=True)
+    results = models.PositiveSmallIntegerField()
+    took_ms = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.agent_id}: {self.results} results"

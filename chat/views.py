@@ -15,6 +15,8 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import translation
 
+from .errors import InvalidSearch
+from .search import search
 from .selectors import conversation_exists, conversation_task, conversation_transcript, user_is_agent
 from .services import agent_display_name, conversation_task_clear
 
@@ -112,6 +114,17 @@ def console_task(request: HttpRequest, conversation_id: uuid.UUID) -> HttpRespon
 
 def _json_error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def console_search(request: HttpRequest) -> HttpResponse:
+    """``GET /console/api/search?q=TEXT`` (CONTRACT.md, "Staff search"; docs/search.md): JSON
+    ``{"results": [{"conversation", "status", "last_message_at", "snippet"}, ...]}``, newest first,
+    at most 50. A bad query is ``400 {"error": {"code": "invalid" | "too_long", "message"}}``."""
+    try:
+        hits = search(text=request.GET.get("q", ""), agent=request.user)
+    except InvalidSearch as e:
+        return JsonResponse({"error": {"code": e.code, "message": e.message}}, status=400)
+    return JsonResponse({"results": [h.as_json() for h in hits]})
 
 
 class ConsoleLoginView(LoginView):

@@ -236,9 +236,10 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en"
-# The staff screens' translations (the console: English and Simplified Chinese).
-LOCALE_PATHS = [BASE_DIR / "locale"]
+# The staff pages' languages (Django's i18n; the shopper's answers use KEFU_LANGUAGES): their
+# translations are in locale/ (.po and the compiled .mo, committed so a checkout runs as is).
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

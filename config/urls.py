@@ -19,6 +19,7 @@ urlpatterns = [
     path("console/", views.console, name="console"),
     path("console/conversations/<uuid:conversation_id>/", views.console_transcript, name="console-transcript"),
     path("console/conversations/<uuid:conversation_id>/task", views.console_task, name="console-task"),
+    path("console/api/search", views.console_search, name="console-search"),
     path("console/login/", views.ConsoleLoginView.as_view(), name="console-login"),
     path("console/logout/", LogoutView.as_view(next_page="/console/login/"), name="console-logout"),
     # Ops (docs/ops.md): staff with the routing.view_costs permission; /metrics for Prometheus.

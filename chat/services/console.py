@@ -17,6 +17,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models import Q as models_Q
 from django.utils import timezone
 
+from lib.search_terms import index_terms
 from routing import services as router
 
 from .. import presence
@@ -196,6 +197,7 @@ def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, cli
                 seq=seq,
                 role=Role.AGENT,
                 text=text,
+                search_terms=index_terms(text),
                 agent_name=owner[1],
                 client_id=client_id,
             )

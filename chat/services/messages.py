@@ -16,6 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from lib.search_terms import index_terms
 from routing.types import AnswerRecord
 
 from ..errors import AgentHolds, InvalidFeedback
@@ -75,7 +76,12 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
         with transaction.atomic():
             seq, answered_seq, status, locale, customer_id, address_key = next_seq(conversation_id, shopper=True)
             msg = Message.objects.create(
-                conversation_id=conversation_id, seq=seq, role=Role.SHOPPER, text=text, client_id=client_id
+                conversation_id=conversation_id,
+                seq=seq,
+                role=Role.SHOPPER,
+                text=text,
+                search_terms=index_terms(text),
+                client_id=client_id,
             )
             reopened = status == ConversationStatus.CLOSED
             if reopened:
@@ -254,6 +260,7 @@ def _finished(record: AnswerRecord) -> dict[str, Any]:
     """The columns that end a streaming bot row as ``record`` says (state ``done``, lease off)."""
     return {
         "text": record.text,
+        "search_terms": index_terms(record.text),
         "route": record.route,
         "model": record.model,
         "variant": record.variant,
@@ -446,6 +453,6 @@ def orphan_finish(*, message_id: int, text: str) -> Message | None:
     nothing is left): the row, or None when another process finished it first (a conditional
     update on ``state``)."""
     done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
-        text=text, cut=True, state=MessageState.DONE, lease_until=None
+        text=text, search_terms=index_terms(text), cut=True, state=MessageState.DONE, lease_until=None
     )
     return Message.objects.get(pk=message_id) if done else None

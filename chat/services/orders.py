@@ -33,6 +33,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from lib.search_terms import index_terms
 from lib.text import language_code
 from store import services as store
 from store.types import MUTATING_ACTIONS, Order, Owner, StoreError
@@ -161,11 +162,10 @@ def order_notice_add(*, conversation_id: uuid.UUID, action: str, number: str, lo
             seq = next_seq(conversation_id)[0]
         except Conversation.DoesNotExist:
             raise NotFound(str(conversation_id)) from None
+        text = order_notice(action=action, number=number, locale=locale)
+        # Indexed for staff search (chat.search): the notice names the order number.
         return Message.objects.create(
-            conversation_id=conversation_id,
-            seq=seq,
-            role=Role.SYSTEM,
-            text=order_notice(action=action, number=number, locale=locale),
+            conversation_id=conversation_id, seq=seq, role=Role.SYSTEM, text=text, search_terms=index_terms(text)
         )
 
 

@@ -262,6 +262,9 @@
 
   setInterval(renderLists, 15000); // refresh the "waiting 3m" labels
 
+  // A search result (console_search.js) opens its conversation, closed ones included.
+  document.addEventListener("kefu:open-conversation", (e) => openConversation(e.detail.id));
+
   // --- one conversation ------------------------------------------------------------------------
   function openConversation(id) {
     state.open = id;

@@ -116,6 +116,7 @@ def _json_error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
+@_agent_only
 def console_search(request: HttpRequest) -> HttpResponse:
     """``GET /console/api/search?q=TEXT`` (CONTRACT.md, "Staff search"; docs/search.md): JSON
     ``{"results": [{"conversation", "status", "last_message_at", "snippet"}, ...]}``, newest first,

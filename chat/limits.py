@@ -63,6 +63,31 @@ async def _retry_after_s(limiter: MovingWindowRateLimiter, item: RateLimitItemPe
     return max(1, min(item.get_expiry(), math.ceil(stats.reset_time - time.time())))
 
 
+def _replay_items() -> tuple[RateLimitItemPerSecond, RateLimitItemPerSecond]:
+    window = settings.KEFU_REPLAY_WINDOW_S
+    return (
+        RateLimitItemPerSecond(settings.KEFU_REPLAY_MESSAGES_PER_SOCKET, window),
+        RateLimitItemPerSecond(settings.KEFU_REPLAY_MESSAGES_PER_IP, window),
+    )
+
+
+async def replay_wait(address: str, socket_key: str) -> int | None:
+    """Before reading a replay's page: None when both replay budgets (see :func:`replay_allowed`)
+    have room for one message at least, else the seconds to wait. Nothing is charged; it spares
+    the database the read of a page that would be refused anyway. Fails open on Redis errors."""
+    per_socket, per_address = _replay_items()
+    mine = _socket_limiters.get()
+    if not await mine.test(per_socket, "replay-socket", socket_key):
+        return await _retry_after_s(mine, per_socket, "replay-socket", socket_key)
+    shared = _limiters.get()
+    try:
+        if not await shared.test(per_address, "replay-ip", address):
+            return await _retry_after_s(shared, per_address, "replay-ip", address)
+    except RedisError as e:
+        log.warning("replay budget of the address unavailable (%r); replay allowed", e)
+    return None
+
+
 async def replay_allowed(address: str, socket_key: str, cost: int) -> int | None:
     """Take ``cost`` messages (what a replay or an ``older`` page is about to send; 1 at least)
     from the replay budgets: ``KEFU_REPLAY_MESSAGES_PER_SOCKET`` of socket ``socket_key`` and
@@ -73,9 +98,7 @@ async def replay_allowed(address: str, socket_key: str, cost: int) -> int | None
     Returns None when both budgets had room (both are charged), else the seconds to wait before
     asking again (nothing charged). The address's budget fails open like :func:`message_allowed`
     (Redis unreachable: logged, allowed); the socket's budget is in memory and always holds."""
-    window = settings.KEFU_REPLAY_WINDOW_S
-    per_socket = RateLimitItemPerSecond(settings.KEFU_REPLAY_MESSAGES_PER_SOCKET, window)
-    per_address = RateLimitItemPerSecond(settings.KEFU_REPLAY_MESSAGES_PER_IP, window)
+    per_socket, per_address = _replay_items()
     socket_cost = max(1, min(cost, per_socket.amount))
     address_cost = max(1, min(cost, per_address.amount))
     mine = _socket_limiters.get()

@@ -197,12 +197,16 @@ class ShopperConsumer(FrameSocket):
             await self._replay(after)
             answering.kick(conv.id)  # answers anything stored but not answered (e.g. after a restart)
 
-    async def _replay_budget(self, cost: int) -> bool:
+    async def _replay_budget(self, cost: int | None) -> bool:
         """Take ``cost`` messages from this socket's and this address's replay budgets
-        (``chat.limits.replay_allowed``). False, after an ``error`` ``replay_limited`` frame with
-        ``retry_after`` (seconds) to this socket, when either is spent: nothing is sent then, and
-        nothing stored is lost (ask again after ``retry_after``)."""
-        wait = await limits.replay_allowed(self.address, self.channel_name, cost)
+        (``chat.limits.replay_allowed``); ``cost`` None: only check that both have room for one
+        (``chat.limits.replay_wait``, before the page is read). False, after an ``error``
+        ``replay_limited`` frame with ``retry_after`` (seconds) to this socket, when either is
+        spent: nothing is sent then, and nothing stored is lost (ask again after ``retry_after``)."""
+        if cost is None:
+            wait = await limits.replay_wait(self.address, self.channel_name)
+        else:
+            wait = await limits.replay_allowed(self.address, self.channel_name, cost)
         if wait is None:
             return True
         frame = error_frame("replay_limited", f"too many messages replayed; ask again in {wait} s")
@@ -221,6 +225,8 @@ class ShopperConsumer(FrameSocket):
         between the read and its buffer is sent finished (its ``stream.end`` may be the frame the
         socket missed)."""
         assert self.conversation_id is not None
+        if not await self._replay_budget(None):
+            return
         page, more = await database_sync_to_async(selectors.messages_page)(
             conversation_id=self.conversation_id, after=after, limit=settings.KEFU_REPLAY_PAGE
         )
@@ -268,6 +274,8 @@ class ShopperConsumer(FrameSocket):
         before = content.get("before")
         if not isinstance(before, int) or isinstance(before, bool) or before < 1:
             raise ProtocolError("invalid", "before must be a positive integer (a seq)")
+        if not await self._replay_budget(None):
+            return
         page, more = await database_sync_to_async(selectors.messages_page)(
             conversation_id=self.conversation_id, before=before, limit=settings.KEFU_REPLAY_PAGE
         )

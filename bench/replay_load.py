@@ -23,6 +23,10 @@ with the same settings and this virtual environment:
    (0.2 s between an answer's end and the next question) for ``--seconds`` (40) and records each
    FAQ answer's **first delta**: from sending the message to its first ``stream.delta``, ms.
 
+With ``--control``, this tree runs a third time without replay sockets: the first delta the
+machine gives with no replay load at all (on a shared, busy machine its p99 is far from zero, and
+the rows above are read against it).
+
 Reported (Markdown): per tree, the other shopper's FAQ first-delta p50/p99 (numpy percentiles,
 linear interpolation) and the number of answers, the messages the replay sockets were sent, and
 their ``replay_limited`` / ``rate_limited`` errors. Client, server and load share the machine's
@@ -240,7 +244,7 @@ async def shopper(url: str, seconds: float, questions: list[str]) -> list[float]
     return out
 
 
-def trial(label: str, tree: Path, args: argparse.Namespace) -> Result:
+def trial(label: str, tree: Path, args: argparse.Namespace, sockets: int) -> Result:
     server = Server(tree, free_port())
     try:
         conv = server.start(args.messages)
@@ -257,7 +261,7 @@ def trial(label: str, tree: Path, args: argparse.Namespace) -> Result:
         asyncio.run(warm())
         queue: Any = multiprocessing.get_context("spawn").Queue()
         load = multiprocessing.get_context("spawn").Process(
-            target=_load, args=(url, conv, args.sockets, args.seconds + 5, queue)
+            target=_load, args=(url, conv, sockets, args.seconds + 5, queue)
         )
         load.start()
         try:
@@ -290,11 +294,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--sockets", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument(
+        "--control", action="store_true", help="also run this tree without replay sockets: what the machine alone costs"
+    )
     args = parser.parse_args(argv)
     results = []
     if args.baseline:
-        results.append(trial("before (baseline)", args.baseline.resolve(), args))
-    results.append(trial("after (this tree)", ROOT, args))
+        results.append(trial("before (baseline)", args.baseline.resolve(), args, args.sockets))
+    results.append(trial("after (this tree)", ROOT, args, args.sockets))
+    if args.control:
+        results.append(trial("after, no replay sockets (the machine's floor)", ROOT, args, 0))
     print(f"command: {shlex.join(['bench/replay_load.py', *(argv if argv is not None else sys.argv[1:])])}")
     print(f"{args.messages:,} stored messages; {args.sockets} sockets of one address replaying once a second\n")
     print(

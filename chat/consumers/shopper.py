@@ -7,6 +7,7 @@ answer going, and relays the conversation group's frames, dropping what this soc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -214,6 +215,11 @@ class ShopperConsumer(FrameSocket):
         await self._send(frame)
         return False
 
+    #: A page is sent in slices of this many frames, the event loop given to the process's other
+    #: sockets between two (a send to Daphne never yields by itself, and 200 frames in one go held
+    #: other shoppers' answers back: bench/replay_load.py).
+    REPLAY_SLICE = 20
+
     async def _replay(self, after: int, *, again: bool = False) -> None:
         """Send the newest ``KEFU_REPLAY_PAGE`` stored messages after seq ``after`` (issue 29,
         item 4), after a ``replay.more`` ``{"before": first seq sent}`` when older ones after
@@ -235,7 +241,9 @@ class ShopperConsumer(FrameSocket):
         if more:
             await self._send({"type": "replay.more", "before": page[0].seq})
         ended: list[int] = []
-        for msg in page:
+        for i, msg in enumerate(page, 1):
+            if i % self.REPLAY_SLICE == 0:
+                await asyncio.sleep(0)  # let the other sockets of this process run
             if msg.state == MessageState.STREAMING:
                 live = await streams.get(msg.pk)
                 if live is not None:
@@ -281,7 +289,9 @@ class ShopperConsumer(FrameSocket):
         )
         if not await self._replay_budget(len(page)):
             return
-        for msg in page:
+        for i, msg in enumerate(page, 1):
+            if i % self.REPLAY_SLICE == 0:
+                await asyncio.sleep(0)  # let the other sockets of this process run
             if msg.state == MessageState.STREAMING:
                 continue
             self.sent_ids.add(msg.pk)

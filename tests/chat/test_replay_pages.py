@@ -17,6 +17,7 @@ import websockets
 from channels.db import database_sync_to_async
 
 from chat.models import Conversation, Message
+from tests.queries import all_threads_queries
 
 pytestmark = pytest.mark.asyncio
 
@@ -159,6 +160,35 @@ async def test_the_sockets_of_one_address_share_a_replay_budget(make_client: Any
     assert 1 <= frames[0]["retry_after"] <= 10
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_a_replay_reads_one_page_in_one_query_whatever_the_conversation_holds(
+    make_client: Any, pages: Any
+) -> None:
+    """The hot path of the trial: a resync of a long conversation reads the page's rows only (one
+    statement, LIMIT page + 1), and one refused for its budget reads none."""
+    pages.KEFU_REPLAY_MESSAGES_PER_SOCKET = 5
+    first = await make_client()
+    await first.hello()
+    await store_messages(first.conversation, n=400)
+    with all_threads_queries() as captured:
+        await first.send({"type": "resync", "after": 0})
+        frames = await drain(first)
+    assert seqs(frames) == list(range(396, 401))
+    reads = [q for q in captured.snapshot() if "chat_message" in q.sql]
+    assert len(reads) == 1 and "LIMIT 6" in reads[0].sql, captured.report()
+
+    # Over the socket's budget: refused before anything is read.
+    deadline = time.monotonic() + 10
+    while True:
+        with all_threads_queries() as captured:
+            await first.send({"type": "resync", "after": 0})
+            frames = await drain(first)
+        if (frames and frames[0].get("code") == "replay_limited") or time.monotonic() > deadline:
+            break  # (a resync sooner than a second after the last gets rate_limited first)
+    assert [f["code"] for f in frames] == ["replay_limited"]
+    assert [q for q in captured.snapshot() if "chat_message" in q.sql] == [], captured.report()
+
+
 async def recv(ws: Any, timeout: float = 30) -> dict[str, Any]:
     return json.loads(await asyncio.wait_for(ws.recv(), timeout))
 
@@ -173,6 +203,7 @@ async def replay_of(ws: Any) -> list[dict[str, Any]]:
             return frames
 
 
+@pytest.mark.timeout(360)  # two servers migrated and started: minutes on a busy machine
 async def test_two_workers_share_one_address_replay_budget(
     live_kefu: Any, private_redis: Any, pg_database: str
 ) -> None:

@@ -18,14 +18,20 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from lib import metrics
+from lib.loops import PerLoop
 from lib.text import supported_locale
 
 from .. import answering, availability, errors, events, identity, limits, selectors, services, shutdown, streams
-from ..models import MessageState
+from ..models import Message, MessageState
 from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_contact, validate_message
 from .base import CLOSE_FORBIDDEN, CLOSE_IDENTITY, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
 
 log = logging.getLogger(__name__)
+
+#: One replay page at a time per process (per event loop): the pages of a burst of replays are
+#: sent one after another, in slices (``ShopperConsumer.REPLAY_SLICE``), so another shopper's
+#: answer waits for one slice at most between its own steps, not for a slice of every replay.
+_replay_gates: PerLoop[asyncio.Semaphore] = PerLoop(lambda: asyncio.Semaphore(1))
 
 
 class ShopperConsumer(FrameSocket):
@@ -218,7 +224,7 @@ class ShopperConsumer(FrameSocket):
     #: A page is sent in slices of this many frames, the event loop given to the process's other
     #: sockets between two (a send to Daphne never yields by itself, and 200 frames in one go held
     #: other shoppers' answers back: bench/replay_load.py).
-    REPLAY_SLICE = 20
+    REPLAY_SLICE = 10
 
     async def _replay(self, after: int, *, again: bool = False) -> None:
         """Send the newest ``KEFU_REPLAY_PAGE`` stored messages after seq ``after`` (issue 29,
@@ -238,6 +244,12 @@ class ShopperConsumer(FrameSocket):
         )
         if not await self._replay_budget(len(page)):
             return
+        async with _replay_gates.get():
+            await self._send_replay(page, more, again=again)
+
+    async def _send_replay(self, page: list[Message], more: bool, *, again: bool) -> None:
+        """The frames of a replay's ``page`` (see ``_replay``), in slices."""
+        assert self.conversation_id is not None
         if more:
             await self._send({"type": "replay.more", "before": page[0].seq})
         ended: list[int] = []
@@ -289,13 +301,14 @@ class ShopperConsumer(FrameSocket):
         )
         if not await self._replay_budget(len(page)):
             return
-        for i, msg in enumerate(page, 1):
-            if i % self.REPLAY_SLICE == 0:
-                await asyncio.sleep(0)  # let the other sockets of this process run
-            if msg.state == MessageState.STREAMING:
-                continue
-            self.sent_ids.add(msg.pk)
-            await self._send(events.message_frame(msg))
+        async with _replay_gates.get():
+            for i, msg in enumerate(page, 1):
+                if i % self.REPLAY_SLICE == 0:
+                    await asyncio.sleep(0)  # let the other sockets of this process run
+                if msg.state == MessageState.STREAMING:
+                    continue
+                self.sent_ids.add(msg.pk)
+                await self._send(events.message_frame(msg))
         await self._send({"type": "older.end", "before": before, "more": more})
 
     async def _mend_stream(self, message_id: int, *, upto: int) -> bool:

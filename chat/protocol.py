@@ -136,6 +136,8 @@ class ErrorFrame(TypedDict):
     code: str
     message: str
     client_id: NotRequired[str]
+    #: ``replay_limited`` only: whole seconds to wait before asking for the replay again.
+    retry_after: NotRequired[int]
 
 
 # --- Agent console: the shopper's orders (docs/protocol.md §6.1; chat.services.orders) -----------

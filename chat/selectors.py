@@ -17,6 +17,22 @@ def messages_after(*, conversation_id: uuid.UUID, after: int) -> list[Message]:
     return list(Message.objects.filter(conversation_id=conversation_id, seq__gt=after).order_by("seq"))
 
 
+def messages_page(
+    *, conversation_id: uuid.UUID, after: int = 0, before: int | None = None, limit: int
+) -> tuple[list[Message], bool]:
+    """The newest ``limit`` messages with ``after < seq < before`` (no upper bound when ``before``
+    is None), in seq order (finished and streaming ones), and whether older ones in that range
+    exist: one query, reading ``limit + 1`` rows at most (the (conversation, seq) index, newest first)."""
+    rows = Message.objects.filter(conversation_id=conversation_id, seq__gt=after)
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    page = list(rows.order_by("-seq")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    page.reverse()
+    return page, more
+
+
 def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: int, after_seq: int = 0) -> list[Message]:
     """The last ``turns`` turns (a turn = a shopper message and the answers after it) before
     ``before_seq`` and after ``after_seq`` (the session's start), oldest first, finished messages

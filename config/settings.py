@@ -307,6 +307,14 @@ KEFU_ANSWER_LINK_DOMAINS = env.list("KEFU_ANSWER_LINK_DOMAINS", default=[])
 KEFU_MAX_SOCKETS_PER_IP = env.int("KEFU_MAX_SOCKETS_PER_IP", default=16)
 KEFU_MESSAGES_PER_MINUTE_PER_IP = env.int("KEFU_MESSAGES_PER_MINUTE_PER_IP", default=600)
 KEFU_MAX_MESSAGE_CHARS = env.int("KEFU_MAX_MESSAGE_CHARS", default=2000)
+# Replays (hello/resync after=N) and older pages (issue 29, item 4; docs/protocol.md, replay): at
+# most KEFU_REPLAY_PAGE messages a replay; what replays and older pages send is budgeted in
+# messages per KEFU_REPLAY_WINDOW_S seconds, per socket and per address (the address's budget in
+# Redis when REDIS_URL is set, so every worker shares it).
+KEFU_REPLAY_PAGE = env.int("KEFU_REPLAY_PAGE", default=200)
+KEFU_REPLAY_MESSAGES_PER_SOCKET = env.int("KEFU_REPLAY_MESSAGES_PER_SOCKET", default=600)
+KEFU_REPLAY_MESSAGES_PER_IP = env.int("KEFU_REPLAY_MESSAGES_PER_IP", default=2000)
+KEFU_REPLAY_WINDOW_S = env.int("KEFU_REPLAY_WINDOW_S", default=10)
 # Agent presence (chat/presence.py): a console socket's lease, seconds; the console heartbeats every
 # KEFU_AGENT_HEARTBEAT_S. An agent whose last lease ran out this long ago is gone: the
 # conversations they held go back to the queue ("queue": the bot helps meanwhile) or to the bot

@@ -7,6 +7,7 @@ answer going, and relays the conversation group's frames, dropping what this soc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -17,14 +18,20 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from lib import metrics
+from lib.loops import PerLoop
 from lib.text import supported_locale
 
 from .. import answering, availability, errors, events, identity, limits, selectors, services, shutdown, streams
-from ..models import MessageState
+from ..models import Message, MessageState
 from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_contact, validate_message
 from .base import CLOSE_FORBIDDEN, CLOSE_IDENTITY, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
 
 log = logging.getLogger(__name__)
+
+#: One replay page at a time per process (per event loop): the pages of a burst of replays are
+#: sent one after another, in slices (``ShopperConsumer.REPLAY_SLICE``), so another shopper's
+#: answer waits for one slice at most between its own steps, not for a slice of every replay.
+_replay_gates: PerLoop[asyncio.Semaphore] = PerLoop(lambda: asyncio.Semaphore(1))
 
 
 class ShopperConsumer(FrameSocket):
@@ -94,6 +101,8 @@ class ShopperConsumer(FrameSocket):
                 await self.on_csat(content)
             elif kind == "resync":
                 await self.on_resync(content)
+            elif kind == "older":
+                await self.on_older(content)
             elif kind == "contact":
                 await self.on_contact(content)
             else:
@@ -197,17 +206,58 @@ class ShopperConsumer(FrameSocket):
             await self._replay(after)
             answering.kick(conv.id)  # answers anything stored but not answered (e.g. after a restart)
 
+    async def _replay_budget(self, cost: int | None) -> bool:
+        """Take ``cost`` messages from this socket's and this address's replay budgets
+        (``chat.limits.replay_allowed``); ``cost`` None: only check that both have room for one
+        (``chat.limits.replay_wait``, before the page is read). False, after an ``error``
+        ``replay_limited`` frame with ``retry_after`` (seconds) to this socket, when either is
+        spent: nothing is sent then, and nothing stored is lost (ask again after ``retry_after``)."""
+        if cost is None:
+            wait = await limits.replay_wait(self.address, self.channel_name)
+        else:
+            wait = await limits.replay_allowed(self.address, self.channel_name, cost)
+        if wait is None:
+            return True
+        frame = error_frame("replay_limited", f"too many messages replayed; ask again in {wait} s")
+        frame["retry_after"] = wait
+        await self._send(frame)
+        return False
+
+    #: A page is sent in slices of this many frames, the event loop given to the process's other
+    #: sockets between two (a send to Daphne never yields by itself, and 200 frames in one go held
+    #: other shoppers' answers back: bench/replay_load.py).
+    REPLAY_SLICE = 10
+
     async def _replay(self, after: int, *, again: bool = False) -> None:
-        """Send the stored messages after seq ``after``: finished ones as ``message`` frames, one
-        still streaming as ``stream.start`` + the text so far as one ``stream.delta`` (``pos`` 0).
+        """Send the newest ``KEFU_REPLAY_PAGE`` stored messages after seq ``after`` (issue 29,
+        item 4), after a ``replay.more`` ``{"before": first seq sent}`` when older ones after
+        ``after`` exist (the client asks for them with ``older``): finished ones as ``message``
+        frames, one still streaming as ``stream.start`` + the text so far as one ``stream.delta``
+        (``pos`` 0). What it sends is charged to the replay budgets first (``_replay_budget``:
+        over them, an ``error`` ``replay_limited`` and nothing else).
         ``again`` (a ``resync``): also what this socket was already sent, and an answer that ended
         between the read and its buffer is sent finished (its ``stream.end`` may be the frame the
         socket missed)."""
         assert self.conversation_id is not None
+        if not await self._replay_budget(None):
+            return
+        page, more = await database_sync_to_async(selectors.messages_page)(
+            conversation_id=self.conversation_id, after=after, limit=settings.KEFU_REPLAY_PAGE
+        )
+        if not await self._replay_budget(len(page)):
+            return
+        async with _replay_gates.get():
+            await self._send_replay(page, more, again=again)
+
+    async def _send_replay(self, page: list[Message], more: bool, *, again: bool) -> None:
+        """The frames of a replay's ``page`` (see ``_replay``), in slices."""
+        assert self.conversation_id is not None
+        if more:
+            await self._send({"type": "replay.more", "before": page[0].seq})
         ended: list[int] = []
-        for msg in await database_sync_to_async(selectors.messages_after)(
-            conversation_id=self.conversation_id, after=after
-        ):
+        for i, msg in enumerate(page, 1):
+            if i % self.REPLAY_SLICE == 0:
+                await asyncio.sleep(0)  # let the other sockets of this process run
             if msg.state == MessageState.STREAMING:
                 live = await streams.get(msg.pk)
                 if live is not None:
@@ -236,6 +286,33 @@ class ShopperConsumer(FrameSocket):
                     self.sent_ids.add(msg.pk)
                     await self._send(events.message_frame(msg))
 
+    async def on_older(self, content: dict[str, Any]) -> None:
+        """``older`` ``before``: the page of stored messages just before seq ``before`` (the
+        newest ``KEFU_REPLAY_PAGE`` of them, in seq order, as ``message`` frames; a message still
+        streaming is left to its live frames), then ``older.end`` ``{"before", "more"}`` (``more``:
+        still older ones exist). Charged to the replay budgets like a replay (over them, an
+        ``error`` ``replay_limited`` and no ``older.end``). A bad ``before`` → ``invalid``."""
+        assert self.conversation_id is not None
+        before = content.get("before")
+        if not isinstance(before, int) or isinstance(before, bool) or before < 1:
+            raise ProtocolError("invalid", "before must be a positive integer (a seq)")
+        if not await self._replay_budget(None):
+            return
+        page, more = await database_sync_to_async(selectors.messages_page)(
+            conversation_id=self.conversation_id, before=before, limit=settings.KEFU_REPLAY_PAGE
+        )
+        if not await self._replay_budget(len(page)):
+            return
+        async with _replay_gates.get():
+            for i, msg in enumerate(page, 1):
+                if i % self.REPLAY_SLICE == 0:
+                    await asyncio.sleep(0)  # let the other sockets of this process run
+                if msg.state == MessageState.STREAMING:
+                    continue
+                self.sent_ids.add(msg.pk)
+                await self._send(events.message_frame(msg))
+        await self._send({"type": "older.end", "before": before, "more": more})
+
     async def _mend_stream(self, message_id: int, *, upto: int) -> bool:
         """This socket missed frames of streaming answer ``message_id`` (the layer lost them): send
         what it lacks up to code point ``upto`` from the stream buffer (``stream.start`` first when
@@ -259,8 +336,8 @@ class ShopperConsumer(FrameSocket):
 
     async def on_resync(self, content: dict[str, Any]) -> None:
         """``resync`` ``after``: the widget saw a gap (a ``seq`` or a delta ``pos`` it did not
-        expect, or a stream silent too long): every stored message after ``after`` again, then
-        live frames as usual (docs/protocol.md, resync)."""
+        expect, or a stream silent too long): the stored messages after ``after`` again (a page at
+        most, as a replay: ``_replay``), then live frames as usual (docs/protocol.md, resync)."""
         after = content.get("after", 0)
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise ProtocolError("invalid", "after must be a non-negative integer")

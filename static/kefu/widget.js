@@ -83,6 +83,8 @@
       sending: "Sending…",
       notSent: "Not sent",
       retry: "Retry",
+      loadEarlier: "Load earlier messages",
+      loadingEarlier: "Loading earlier messages…",
       interrupted: "(interrupted)",
       thinking: "Assistant is typing",
       feedback: "Was this answer helpful?",
@@ -149,6 +151,8 @@
       sending: "发送中…",
       notSent: "未发送",
       retry: "重试",
+      loadEarlier: "加载更早的消息",
+      loadingEarlier: "正在加载更早的消息…",
       interrupted: "（回答已中断）",
       thinking: "智能助手正在输入",
       feedback: "这条回答有帮助吗？",
@@ -435,6 +439,13 @@
     lastTypingAt: 0,
     seenSeq: Number(storage.get("seen")) || 0,
     lastResyncAt: 0,
+    // Older pages (docs/protocol.md, replay pages): the seq to ask `older` for next (null: none
+    // older), whether an `older` is in flight, and the first seq of the last paged replay (the
+    // messages below it are missing on purpose, not a gap).
+    olderBefore: null,
+    olderPending: false,
+    replayFrom: null,
+    replayRetryTimer: 0,
   };
   /** id -> record of a stored (or streaming) message. */
   const byId = new Map();
@@ -531,6 +542,14 @@
   log.setAttribute("aria-relevant", "additions");
   log.setAttribute("aria-label", T.log);
   log.tabIndex = 0; // a scrollable region must be reachable with the keyboard
+
+  // "Load earlier messages": shown when a replay left older messages on the server (replay.more);
+  // it asks for the page before the oldest message held (`older`). First in the log: rows are
+  // ordered among themselves below it.
+  const earlier = h("button", "kefu-linkbtn kefu-earlier", T.loadEarlier);
+  earlier.type = "button";
+  earlier.hidden = true;
+  log.appendChild(earlier);
 
   const welcome = h("div", "kefu-welcome");
   welcome.append(h("p", "kefu-welcome__title", T.welcomeTitle), h("p", "kefu-welcome__text", T.welcomeText));
@@ -866,6 +885,10 @@
     state.agentName = null;
     state.seenSeq = 0;
     storage.remove("seen");
+    state.olderBefore = null;
+    state.olderPending = false;
+    state.replayFrom = null;
+    updateEarlier();
     welcome.hidden = pending.size > 0;
     updateUnread();
   }
@@ -1080,6 +1103,10 @@
       if (ws !== state.ws) return;
       state.ws = null;
       state.ready = false;
+      if (state.olderPending) {
+        state.olderPending = false; // its page was lost with the socket: the control asks again
+        updateEarlier();
+      }
       sentOnSocket.clear();
       hideThinking();
       for (const rec of byId.values()) {
@@ -1150,6 +1177,7 @@
 
   function checkSeqGap(f) {
     if (typeof f.seq !== "number" || !seqs.size || seqs.has(f.seq)) return;
+    if (f.seq === state.replayFrom) return; // the first of a paged replay: older ones are asked for
     if (f.seq > maxSeq() + 1) requestResync();
   }
 
@@ -1191,9 +1219,66 @@
         return showAgentTyping(f);
       case "notice":
         return addNotice(noticeText(f));
+      case "replay.more":
+        return onReplayMore(f);
+      case "older.end":
+        return onOlderEnd(f);
       default:
         return undefined; // unknown frames are ignored (forward compatible)
     }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Older pages: a replay sends the newest page only (docs/protocol.md, replay pages).
+  function minSeq() {
+    let min = Infinity;
+    for (const s of seqs) if (s < min) min = s;
+    return min;
+  }
+
+  function updateEarlier() {
+    earlier.hidden = state.olderBefore == null;
+    earlier.disabled = state.olderPending;
+    earlier.textContent = state.olderPending ? T.loadingEarlier : T.loadEarlier;
+  }
+
+  function askOlder() {
+    if (state.olderBefore == null || state.olderPending || !state.ready) return;
+    if (send({ type: "older", before: state.olderBefore })) {
+      state.olderPending = true;
+      updateEarlier();
+    }
+  }
+  earlier.addEventListener("click", askOlder);
+
+  function onReplayMore(f) {
+    if (typeof f.before !== "number") return;
+    state.replayFrom = f.before;
+    state.olderBefore = state.olderBefore == null ? f.before : Math.min(state.olderBefore, f.before);
+    updateEarlier();
+  }
+
+  function onOlderEnd(f) {
+    state.olderPending = false;
+    const held = minSeq();
+    state.olderBefore = f.more && Number.isFinite(held) ? held : null;
+    updateEarlier();
+  }
+
+  /** A replay or an older page went over the replay budget: ask again after `retry_after` s. */
+  function onReplayLimited(f) {
+    const wait = Math.max(1, Number(f.retry_after) || 1) * 1000;
+    clearTimeout(state.replayRetryTimer);
+    state.replayRetryTimer = setTimeout(() => {
+      if (!state.ready) return; // a reconnect replays anyway
+      if (state.olderPending) {
+        state.olderPending = false;
+        askOlder();
+      } else {
+        state.lastResyncAt = 0;
+        requestResync();
+      }
+    }, wait);
   }
 
   function onConversation(f) {
@@ -1362,6 +1447,7 @@
   }
 
   function onError(f) {
+    if (f.code === "replay_limited") return onReplayLimited(f); // nothing lost: asked again later
     if (typeof f.code === "string" && f.code.startsWith("identity_")) {
       // For the store's developer, not the shopper (the socket closes with 4401 next).
       console.warn(`kefu: ${f.code}: ${f.message}`);

@@ -50,8 +50,6 @@ def prompt_history(*, conversation_id: uuid.UUID, before_seq: int, turns: int) -
 
 # --- Agent console (docs/console.md) -------------------------------------------------------------
 
-CONSOLE_BOT_ROWS = 100  # active bot conversations listed, most recent first
-
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
@@ -115,24 +113,6 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
-    """The console list, in display order: waiting for an agent (longest wait first), then held
-    by an agent (most recent activity first), then the ``bot_rows`` most recently active bot
-    conversations that have messages. Closed conversations are not listed. Three queries."""
-    waiting = console_rows(
-        queryset=Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT).order_by(
-            "waiting_since", "updated_at"
-        )
-    )
-    held = console_rows(queryset=Conversation.objects.filter(status=ConversationStatus.AGENT).order_by("-updated_at"))
-    bot = console_rows(
-        queryset=Conversation.objects.filter(status=ConversationStatus.BOT, last_seq__gt=0).order_by("-updated_at")[
-            :bot_rows
-        ]
-    )
-    return waiting + held + bot
 
 
 # --- The console list in pages (docs/console.md#paging) ---------------------------------------------

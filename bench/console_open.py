@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shutil
 import statistics
@@ -254,16 +255,20 @@ def main() -> None:
     print(f"\n{a.waiting:,} waiting, {a.messages:,}-message conversation, median of {a.runs} runs\n")
     print(f"| measure | {' | '.join(names)} | ratio |")
     print("|---|" + "---|" * (len(names) + 1))
+
+    def cell(value: float, fmt: str) -> str:
+        return "never" if math.isnan(value) else fmt.format(value)
+
     for label, key, fmt in rows:
         before, after = results[names[0]][key], results[names[1]][key]
-        ratio = f"{before / after:,.1f}×" if after else "-"
-        print(f"| {label} | {fmt.format(before)} | {fmt.format(after)} | {ratio} |")
+        ratio = "-" if math.isnan(before) or math.isnan(after) or not after else f"{before / after:,.1f}×"
+        print(f"| {label} | {cell(before, fmt)} | {cell(after, fmt)} | {ratio} |")
     for name in names:
         over = [k for k in ("queue_bytes", "history_bytes") if results[name][k] > LIMIT]
         closed = int(results[name]["closed"])
         print(
             f"{name}: frame > limit: {', '.join(over) if over else 'none'}; "
-            f"socket closed by the server: {closed if closed else 'never'} (nan: the step never completed)"
+            f"socket closed by the server: {closed if closed else 'never'} (never: the step did not complete)"
         )
 
 

@@ -147,6 +147,9 @@ class AgentConsumer(FrameSocket):
             await handler(self, cid, content)
         except ProtocolError as e:
             await self._send(self._error(e.code, e.message, content))
+        except framing.FrameTooLarge as e:
+            log.error("a reply to %s could not be made to fit: %s", content["type"], e)
+            await self._send(self._error("too_large", "the reply was too large to send", content))
         except errors.NotFound:
             await self._send(self._error("not_found", "no such conversation", content))
         except errors.NotOwner as e:
@@ -254,6 +257,13 @@ class AgentConsumer(FrameSocket):
         budget: the newest messages of the page are kept, and ``before``/``more`` say where the
         next older page starts. Streaming answers carry their text so far."""
         messages = page["messages"]
+        notes = frame.get("notes")
+        if notes:
+            # Notes are not paged: the newest that fit in a quarter of the budget (each is at most
+            # NOTE_MAX_CHARS code points); the transcript page has them all.
+            _, count = framing.fit_list({}, "notes", notes, keep="tail", budget=framing.frame_budget() // 4)
+            if count < len(notes):
+                frame = {**frame, "notes": notes[len(notes) - count :], "notes_trimmed": True}
         for item in messages:
             if item["state"] == MessageState.STREAMING:
                 live = await streams.get(item["id"])

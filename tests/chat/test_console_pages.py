@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from chat import events
 from chat.consumers.base import FrameSocket
-from chat.models import Conversation, Message
+from chat.models import Conversation, InternalNote, Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_console import AgentSocket, make_user, session_cookie
@@ -152,6 +152,34 @@ async def test_history_pages_are_trimmed_to_the_frame_budget_and_lose_no_message
                 break
             before = page["before"]
         assert got == list(range(1, 121))
+    finally:
+        await alice.comm.disconnect()
+
+
+@database_sync_to_async
+def with_notes(cid: str, n: int) -> None:
+    from django.contrib.auth.models import User
+
+    author = User.objects.get(username="alice")
+    for i in range(n):
+        InternalNote.objects.create(
+            conversation_id=cid, author=author, author_name="Alice", text=f"{i:02d}" + "n" * 3998
+        )
+
+
+async def test_many_long_notes_are_trimmed_to_the_newest_and_the_history_still_comes(settings: Any) -> None:
+    settings.KEFU_WS_MAX_MESSAGE_BYTES = 64 * 1024  # a quarter of the budget: 15,360 bytes, three 4,000-character notes
+    cid = await long_chinese_conversation(4)
+    alice = await alice_console()
+    try:
+        await alice.recv()
+        await alice.recv()
+        await with_notes(cid, 20)
+        await alice.send({"type": "open", "conversation": cid})
+        history = await alice.recv()
+        assert history["type"] == "history" and [m["seq"] for m in history["messages"]] == [1, 2, 3, 4]
+        assert [n["text"][:2] for n in history["notes"]] == ["17", "18", "19"]
+        assert history["notes_trimmed"] is True
     finally:
         await alice.comm.disconnect()
 

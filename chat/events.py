@@ -13,11 +13,13 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.db import DatabaseError
 
 from routing import services as router
 
-from . import availability, fencing, regroup
+from . import availability, fencing, regroup, selectors
 from .models import Message
 from .protocol import MessageFrame, StreamEndFrame, Usage
 
@@ -114,8 +116,23 @@ async def publish(conversation_id: uuid.UUID | str, frame: Any, **extra: Any) ->
         conversation_group(cid), {"type": "chat.frame", "frame": frame, "conversation": cid, **extra}
     )
     if frame.get("type") in _LISTED:
-        await publish_agents(_list_update(cid, frame))
+        update = _list_update(cid, frame)
+        if frame["type"] == "status":
+            # The list's sections changed size: every console shows the new counts, also those
+            # that do not list this conversation (they get only the counts; docs/console.md#paging).
+            update["counts"] = await _console_counts()
+        await publish_agents(update)
     return sent
+
+
+async def _console_counts() -> dict[str, int] | None:
+    """The console list's counts (``selectors.console_counts``: one query), or None when the
+    database could not say (the frame then goes without them)."""
+    try:
+        return await database_sync_to_async(selectors.console_counts)()
+    except DatabaseError:
+        log.warning("console counts unavailable", exc_info=True)
+        return None
 
 
 async def publish_answer(conversation_id: uuid.UUID | str, msg: Message, *, epoch: int) -> bool:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from routing import services as router
 
@@ -93,8 +94,6 @@ def prompt_history(*, conversation_id: uuid.UUID, before_seq: int, turns: int) -
 
 # --- Agent console (docs/console.md) -------------------------------------------------------------
 
-CONSOLE_BOT_ROWS = 100  # active bot conversations listed, most recent first
-
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
@@ -160,22 +159,130 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     return out
 
 
-def console_queue(*, bot_rows: int = CONSOLE_BOT_ROWS) -> list[dict[str, Any]]:
-    """The console list, in display order: waiting for an agent (longest wait first), then held
-    by an agent (most recent activity first), then the ``bot_rows`` most recently active bot
-    conversations that have messages. Closed conversations are not listed. Three queries."""
-    waiting = console_rows(
-        queryset=Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT).order_by(
-            "waiting_since", "updated_at"
+# --- The console list in pages (docs/console.md#paging) ---------------------------------------------
+
+#: The list's sections, in display order; each is paged on its own.
+CONSOLE_SECTIONS = (ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT, ConversationStatus.BOT)
+
+
+class BadCursor(ValueError):
+    """A ``queue.more`` cursor that this server did not make (or of another section)."""
+
+
+def _section(status: str) -> QuerySet[Conversation]:
+    """The conversations of list section ``status`` in display order: waiting for an agent, the
+    longest wait first (``waiting_since``, then id); held by an agent and bot conversations with
+    messages, the most recent activity first (``updated_at`` descending, then id descending)."""
+    if status == ConversationStatus.WAITING_AGENT:
+        return Conversation.objects.filter(status=status).order_by("waiting_since", "id")
+    if status == ConversationStatus.AGENT:
+        return Conversation.objects.filter(status=status).order_by("-updated_at", "-id")
+    if status == ConversationStatus.BOT:
+        return Conversation.objects.filter(status=status, last_seq__gt=0).order_by("-updated_at", "-id")
+    raise BadCursor(f"no list section {status!r}")
+
+
+def section_cursor(status: str, row: dict[str, Any] | None) -> str:
+    """The cursor of the rows of section ``status`` after ``row`` (a :func:`console_rows` row;
+    None: from the section's start). Opaque to the console, which sends it back in ``queue.more``."""
+    if row is None:
+        return f"{status}||"
+    key = row["waiting_since"] if status == ConversationStatus.WAITING_AGENT else row["updated_at"]
+    return f"{status}|{key or ''}|{row['id']}"
+
+
+def _after(status: str, cursor: str) -> Q:
+    """The rows of section ``status`` after the row ``cursor`` names (keyset paging: a row that
+    left the list meanwhile does not shift the next page). Raises :class:`BadCursor`."""
+    try:
+        section, key, cid = cursor.split("|")
+        if section == status and key == cid == "":
+            return Q()
+        moment = datetime.fromisoformat(key)
+        pk = uuid.UUID(cid)
+    except ValueError:
+        raise BadCursor("not a cursor of this server") from None
+    if section != status or moment.tzinfo is None:
+        raise BadCursor("not a cursor of this section")
+    if status == ConversationStatus.WAITING_AGENT:
+        return Q(waiting_since__gt=moment) | Q(waiting_since=moment, id__gt=pk)
+    return Q(updated_at__lt=moment) | Q(updated_at=moment, id__lt=pk)
+
+
+def console_counts() -> dict[str, int]:
+    """How many conversations each list section holds: ``{"waiting_agent", "agent", "bot"}``
+    (bot: those with messages). One query."""
+    got = Conversation.objects.filter(status__in=CONSOLE_SECTIONS).aggregate(
+        waiting_agent=Count("pk", filter=Q(status=ConversationStatus.WAITING_AGENT)),
+        agent=Count("pk", filter=Q(status=ConversationStatus.AGENT)),
+        bot=Count("pk", filter=Q(status=ConversationStatus.BOT, last_seq__gt=0)),
+    )
+    return {str(k): int(v or 0) for k, v in got.items()}
+
+
+def console_page(*, status: str, after: str | None, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of list section ``status`` (see :func:`_section` for the order): up to ``limit``
+    rows (:func:`console_rows` shape) after the row the cursor ``after`` names (None: the first
+    page), and the cursor of the page's last row when more follow (None at the end). One query.
+    Raises :class:`BadCursor` for an unknown section or a cursor this server did not make."""
+    qs = _section(status)
+    if after is not None:
+        qs = qs.filter(_after(status, after))
+    rows = console_rows(queryset=qs[: limit + 1])
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, section_cursor(status, rows[-1])
+
+
+def console_first_pages(*, limit: int) -> tuple[list[dict[str, Any]], dict[str, str | None], dict[str, int]]:
+    """What a console gets on connect: the first page of every section, in display order, the
+    cursor of each section's next page (None: nothing more) and the sections' counts. Four queries."""
+    rows: list[dict[str, Any]] = []
+    nexts: dict[str, str | None] = {}
+    for status in CONSOLE_SECTIONS:
+        page, nexts[str(status)] = console_page(status=status, after=None, limit=limit)
+        rows += page
+    return rows, nexts, console_counts()
+
+
+def console_history(*, conversation_id: uuid.UUID, before: int | None, limit: int) -> dict[str, Any] | None:
+    """A page of a conversation's messages for the console, or None when it does not exist:
+    the ``limit`` messages before seq ``before`` (None: the newest ones), in seq order, as
+    :func:`message_item` (with ``marked_wrong`` as in :func:`conversation_transcript`);
+    ``{"messages", "more" (older messages exist), "before" (the page's oldest seq; None for an
+    empty page)}``, and for the newest page also ``"conversation"`` (console row + ``packet``,
+    ``created_at``, ``epoch``) and ``"notes"``. Four queries for the newest page, two for an
+    older one (a third when a cached answer's question is on an older page)."""
+    conv = None
+    if before is None:
+        conv = Conversation.objects.filter(pk=conversation_id).first()
+        if conv is None:
+            return None
+    elif not Conversation.objects.filter(pk=conversation_id).exists():
+        return None
+    qs = Message.objects.filter(conversation_id=conversation_id)
+    if before is not None:
+        qs = qs.filter(seq__lt=before)
+    rows = list(qs.order_by("-seq")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    rows.reverse()
+    messages = [message_item(m) for m in rows]
+    marks = cache_marks(rows, conversation_id=conversation_id)
+    for item in messages:
+        if item["id"] in marks:
+            item["marked_wrong"] = True
+            item["marked_wrong_by"] = marks[item["id"]]
+    page: dict[str, Any] = {"messages": messages, "more": more, "before": rows[0].seq if rows else None}
+    if conv is not None:
+        row = console_rows(queryset=Conversation.objects.filter(pk=conversation_id))[0]
+        row.update(
+            {"packet": conv.handoff_packet or None, "created_at": _iso(conv.created_at), "epoch": conv.owner_epoch}
         )
-    )
-    held = console_rows(queryset=Conversation.objects.filter(status=ConversationStatus.AGENT).order_by("-updated_at"))
-    bot = console_rows(
-        queryset=Conversation.objects.filter(status=ConversationStatus.BOT, last_seq__gt=0).order_by("-updated_at")[
-            :bot_rows
-        ]
-    )
-    return waiting + held + bot
+        page["conversation"] = row
+        page["notes"] = [note_item(n) for n in InternalNote.objects.filter(conversation_id=conversation_id)]
+    return page
 
 
 def message_item(msg: Message) -> dict[str, Any]:
@@ -238,13 +345,25 @@ def conversation_transcript(*, conversation_id: uuid.UUID) -> dict[str, Any] | N
     return {"conversation": row, "messages": messages, "notes": notes}
 
 
-def cache_marks(messages: list[Message]) -> dict[int, str]:
+def cache_marks(messages: list[Message], *, conversation_id: uuid.UUID | None = None) -> dict[int, str]:
     """Bot messages among ``messages`` (one conversation's) whose cached answer an agent marked
     wrong: ``{bot message id: username of the agent}``. A mark is the router's record (an
     ``agent_wrong`` audit) whose ``message_id`` is the shopper message the answer was served for (the
     bot message's ``reply_to_seq``; see ``services.cache_answer_mark_wrong``). One query, none
-    when no message was served from the cache."""
+    when no message was served from the cache. ``conversation_id`` given (``messages`` is a page
+    of it), a question not among ``messages`` is looked up: one query more, only then."""
     shopper_ids = {m.seq: m.pk for m in messages if m.role == "shopper"}
+    missing = {
+        m.reply_to_seq
+        for m in messages
+        if m.role == "bot" and m.cache_entry_id is not None and m.reply_to_seq and m.reply_to_seq not in shopper_ids
+    }
+    if missing and conversation_id is not None:
+        shopper_ids.update(
+            Message.objects.filter(conversation_id=conversation_id, role="shopper", seq__in=missing).values_list(
+                "seq", "pk"
+            )
+        )
     served = {
         shopper_ids[m.reply_to_seq]: m.pk
         for m in messages

@@ -9,6 +9,7 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
+from django.conf import settings
 
 import chat.routing
 from chat.origins import WidgetOriginValidator
@@ -37,7 +38,32 @@ def _close_oversized_frames_with_1009() -> None:
     WebSocketServerFactory.resetProtocolOptions = reset_protocol_options  # type: ignore[method-assign]
 
 
+def _set_websocket_size_limit() -> None:
+    """Set the WebSocket message (and frame) size limit to ``KEFU_WS_MAX_MESSAGE_BYTES`` on the
+    server explicitly, whatever the command line says: Daphne passes its own defaults (1 MiB)
+    to Autobahn's ``setProtocolOptions`` when it starts, and the consoles' frame builder
+    (``chat.consumers.base``) keeps every frame it sends under the same number. Without this,
+    the limit would be whatever the server's version defaults to."""
+    try:
+        from autobahn.websocket.protocol import WebSocketServerFactory
+    except ImportError:  # another ASGI server: set its limit to the same number (docs/configuration.md)
+        return
+    set_options = WebSocketServerFactory.setProtocolOptions
+    if getattr(set_options, "_kefu", False):
+        return
+
+    def set_protocol_options(self: WebSocketServerFactory, **options: object) -> None:
+        if "maxMessagePayloadSize" in options or "maxFramePayloadSize" in options:
+            options["maxMessagePayloadSize"] = settings.KEFU_WS_MAX_MESSAGE_BYTES
+            options["maxFramePayloadSize"] = settings.KEFU_WS_MAX_MESSAGE_BYTES
+        set_options(self, **options)
+
+    set_protocol_options._kefu = True  # type: ignore[attr-defined]
+    WebSocketServerFactory.setProtocolOptions = set_protocol_options  # type: ignore[method-assign,assignment]
+
+
 _close_oversized_frames_with_1009()
+_set_websocket_size_limit()
 # Bodies over kefu's limits are refused before they are read (config/body_limit.py).
 install_daphne_guard()
 

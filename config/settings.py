@@ -322,6 +322,22 @@ KEFU_REPLAY_WINDOW_S = env.int("KEFU_REPLAY_WINDOW_S", default=10)
 KEFU_AGENT_LEASE_S = env.float("KEFU_AGENT_LEASE_S", default=30.0)
 KEFU_AGENT_HEARTBEAT_S = env.float("KEFU_AGENT_HEARTBEAT_S", default=10.0)
 KEFU_AGENT_GONE_ACTION = env.str("KEFU_AGENT_GONE_ACTION", default="queue")
+# The agent console on a busy day (docs/console.md#paging): the list and a conversation's history
+# come in pages of KEFU_CONSOLE_PAGE rows (conversations per list section; messages per history page).
+KEFU_CONSOLE_PAGE = env.int("KEFU_CONSOLE_PAGE", default=50)
+if not 1 <= KEFU_CONSOLE_PAGE <= 500:
+    raise ImproperlyConfigured(f"KEFU_CONSOLE_PAGE={KEFU_CONSOLE_PAGE} must be between 1 and 500 (rows per page)")
+# The WebSocket message size limit, bytes, set on the server explicitly (config/asgi.py sets
+# Autobahn's maxMessagePayloadSize and maxFramePayloadSize under Daphne) instead of left to its
+# default. 1 MiB is Daphne's default and the default max_size of the `websockets` client; every
+# frame the server sends is kept under it too (chat/consumers/base.py, FrameSocket._send), so a
+# client that enforces the same limit never refuses one.
+KEFU_WS_MAX_MESSAGE_BYTES = env.int("KEFU_WS_MAX_MESSAGE_BYTES", default=1024 * 1024)
+if KEFU_WS_MAX_MESSAGE_BYTES < 64 * 1024:
+    raise ImproperlyConfigured(
+        f"KEFU_WS_MAX_MESSAGE_BYTES={KEFU_WS_MAX_MESSAGE_BYTES} is too small: at least 65536 bytes "
+        "(a shopper message of KEFU_MAX_MESSAGE_CHARS code points must fit)"
+    )
 KEFU_AGENT_SWEEP_S = env.float("KEFU_AGENT_SWEEP_S", default=5.0)
 # A streaming answer's lease, seconds: the process streaming it renews it every third of this; one
 # whose lease ran out was left by a process that died, and the sweeper finishes it as cut and

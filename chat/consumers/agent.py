@@ -13,7 +13,7 @@ from django.conf import settings
 from lib import metrics
 
 from .. import answering, errors, events, presence, selectors, services, streams, suggest
-from ..models import MessageState
+from ..models import ConversationStatus, MessageState
 from ..protocol import (
     OrderActionFrame,
     OrdersFrame,
@@ -25,6 +25,7 @@ from ..protocol import (
     validate_request_id,
     validate_text,
 )
+from . import framing
 from .base import CLOSE_FORBIDDEN, FrameSocket
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,17 @@ class AgentConsumer(FrameSocket):
 
     user: Any = None
     following: uuid.UUID | None = None
+    # What the console lists (agents_frame): the ids of the rows it was sent, and whether it loaded
+    # the waiting section to its end (a conversation that starts waiting joins that end).
+    listed: set[str]
+    waiting_complete = False
     in_agents_group = False
     # Highest owner epoch seen on a status event of the followed conversation (as the shopper
     # socket keeps it): bot deltas of older epochs still in flight are dropped.
     owner_epoch = 0
 
     async def connect(self) -> None:
+        self.listed = set()
         await self.accept()
         user = self.scope.get("user")
         if not await database_sync_to_async(selectors.user_is_agent)(user):
@@ -62,8 +68,9 @@ class AgentConsumer(FrameSocket):
         self.in_agents_group = True
         metrics.OPEN_SOCKETS.labels("agent").inc()
         await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
-        canned, queue, online = await database_sync_to_async(
-            lambda: (selectors.canned_replies(), selectors.console_queue(), presence.agents_online())
+        page = settings.KEFU_CONSOLE_PAGE
+        canned, (rows, nexts, counts), online = await database_sync_to_async(
+            lambda: (selectors.canned_replies(), selectors.console_first_pages(limit=page), presence.agents_online())
         )()
         await self._send(
             {
@@ -76,7 +83,25 @@ class AgentConsumer(FrameSocket):
                 "max_chars": settings.KEFU_MAX_MESSAGE_CHARS,
             }
         )
-        await self._send({"type": "queue", "conversations": queue})
+        await self._send_rows({"type": "queue", "counts": counts, "page_size": page}, rows, nexts)
+
+    async def _send_rows(self, frame: dict[str, Any], rows: list[dict[str, Any]], nexts: dict[str, str | None]) -> None:
+        """Send ``frame`` (``queue`` or ``queue.page``) with ``rows`` in ``conversations`` and
+        ``next`` (each section's cursor, None at its end), built to fit the byte budget: rows
+        that do not fit are left for the next page (their section's cursor moves back to the last
+        row sent). Remembers what the console now lists (``listed``, ``waiting_complete``)."""
+        text, count = framing.fit_list({**frame, "next": nexts}, "conversations", rows, keep="head")
+        if count < len(rows):
+            nexts = dict(nexts)
+            for status in {r["status"] for r in rows[count:]}:
+                sent = [r for r in rows[:count] if r["status"] == status]
+                # The section's first rows that did not fit: ask again after the last one that did.
+                nexts[status] = selectors.section_cursor(status, sent[-1] if sent else None)
+            text, count = framing.fit_list({**frame, "next": nexts}, "conversations", rows[:count], keep="head")
+        self.listed.update(r["id"] for r in rows[:count])
+        if ConversationStatus.WAITING_AGENT in nexts:
+            self.waiting_complete = nexts[ConversationStatus.WAITING_AGENT] is None
+        await self._send_text(text)
 
     async def _release(self) -> None:
         # The lease is left to run out (chat.presence): a console that reconnects is not a leave.
@@ -106,6 +131,12 @@ class AgentConsumer(FrameSocket):
         if content["type"] == "heartbeat":
             await self.on_heartbeat()
             return
+        if content["type"] == "queue.more":
+            try:
+                await self.on_queue_more(content)
+            except ProtocolError as e:
+                await self._send(self._error(e.code, e.message, content))
+            return
         handler = self.HANDLERS.get(content["type"])
         try:
             if handler is None:
@@ -116,6 +147,9 @@ class AgentConsumer(FrameSocket):
             await handler(self, cid, content)
         except ProtocolError as e:
             await self._send(self._error(e.code, e.message, content))
+        except framing.FrameTooLarge as e:
+            log.error("a reply to %s could not be made to fit: %s", content["type"], e)
+            await self._send(self._error("too_large", "the reply was too large to send", content))
         except errors.NotFound:
             await self._send(self._error("not_found", "no such conversation", content))
         except errors.NotOwner as e:
@@ -161,33 +195,87 @@ class AgentConsumer(FrameSocket):
 
         await database_sync_to_async(renew)()
 
+    async def on_queue_more(self, content: dict[str, Any]) -> None:
+        """``queue.more``: the next page of one section of the list (``status``), after the row
+        the cursor ``after`` names (a ``next`` of ``queue`` or ``queue.page``). Reply to this
+        socket only: ``queue.page`` with the rows, the section's next cursor and the counts.
+        Errors: ``invalid`` (unknown section, a cursor this server did not make)."""
+        status, after = content.get("status"), content.get("after")
+        if status not in selectors.CONSOLE_SECTIONS:
+            raise ProtocolError("invalid", "status must be one of waiting_agent, agent, bot")
+        if not isinstance(after, str) or not 0 < len(after) <= 200:
+            raise ProtocolError("invalid", "after must be a cursor (the 'next' of the last page)")
+        page = settings.KEFU_CONSOLE_PAGE
+
+        def load() -> tuple[list[dict[str, Any]], str | None, dict[str, int]]:
+            rows, cursor = selectors.console_page(status=status, after=after, limit=page)
+            return rows, cursor, selectors.console_counts()
+
+        try:
+            rows, cursor, counts = await database_sync_to_async(load)()
+        except selectors.BadCursor as e:
+            raise ProtocolError("invalid", f"after: {e}") from None
+        frame = {"type": "queue.page", "status": status, "after": after, "counts": counts}
+        await self._send_rows(frame, rows, {status: cursor})
+
     async def on_open(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
-        """Follow ``cid``: join its groups first, then send its ``history`` (a frame published
-        in between reaches the console twice; it drops what it has, by id and stream ``pos``)."""
+        """Follow ``cid``: join its groups first, then send its ``history``: its newest
+        ``KEFU_CONSOLE_PAGE`` messages (older ones on ``history.more``). A frame published in
+        between reaches the console twice; it drops what it has, by id and stream ``pos``."""
         if self.following != cid:
             await self._unfollow()
             self.following = cid
             self.owner_epoch = 0
             await self.join(events.conversation_group(cid))
             await self.join(events.staff_group(cid))
-        transcript = await database_sync_to_async(selectors.conversation_transcript)(conversation_id=cid)
-        if transcript is None:
+        page = await database_sync_to_async(selectors.console_history)(
+            conversation_id=cid, before=None, limit=settings.KEFU_CONSOLE_PAGE
+        )
+        if page is None:
             await self._unfollow()
             raise errors.NotFound(str(cid))
-        for item in transcript["messages"]:
+        frame = {"type": "history", "conversation": str(cid), "info": page["conversation"], "notes": page["notes"]}
+        await self._send_history(frame, page)
+
+    async def on_history_more(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """``history.more``: the ``KEFU_CONSOLE_PAGE`` messages before seq ``before`` (the
+        ``before`` of the last ``history`` or ``history.page``). Reply to this socket only:
+        ``history.page``; ``more: false`` marks the conversation's first message. Errors:
+        ``invalid`` (``before`` not a positive integer), ``not_found``."""
+        before = content.get("before")
+        if not isinstance(before, int) or isinstance(before, bool) or before <= 0:
+            raise ProtocolError("invalid", "before must be a message seq (a positive integer)")
+        page = await database_sync_to_async(selectors.console_history)(
+            conversation_id=cid, before=before, limit=settings.KEFU_CONSOLE_PAGE
+        )
+        if page is None:
+            raise errors.NotFound(str(cid))
+        await self._send_history({"type": "history.page", "conversation": str(cid)}, page)
+
+    async def _send_history(self, frame: dict[str, Any], page: dict[str, Any]) -> None:
+        """Send a page of messages (``history`` or ``history.page``) built to fit the byte
+        budget: the newest messages of the page are kept, and ``before``/``more`` say where the
+        next older page starts. Streaming answers carry their text so far."""
+        messages = page["messages"]
+        notes = frame.get("notes")
+        if notes:
+            # Notes are not paged: the newest that fit in a quarter of the budget (each is at most
+            # NOTE_MAX_CHARS code points); the transcript page has them all.
+            _, count = framing.fit_list({}, "notes", notes, keep="tail", budget=framing.frame_budget() // 4)
+            if count < len(notes):
+                frame = {**frame, "notes": notes[len(notes) - count :], "notes_trimmed": True}
+        for item in messages:
             if item["state"] == MessageState.STREAMING:
                 live = await streams.get(item["id"])
                 if live is not None:
                     item["text"] = live.text
-        await self._send(
-            {
-                "type": "history",
-                "conversation": str(cid),
-                "info": transcript["conversation"],
-                "messages": transcript["messages"],
-                "notes": transcript["notes"],
-            }
-        )
+        full = {**frame, "more": page["more"], "before": page["before"]}
+        text, count = framing.fit_list(full, "messages", messages, keep="tail")
+        if count < len(messages):
+            kept = messages[len(messages) - count :]
+            full.update({"more": True, "before": kept[0]["seq"]})
+            text, count = framing.fit_list(full, "messages", kept, keep="tail")
+        await self._send_text(text)
 
     async def on_take_over(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
         change = await database_sync_to_async(services.conversation_take_over)(conversation_id=cid, agent=self.user)
@@ -351,6 +439,7 @@ class AgentConsumer(FrameSocket):
 
     HANDLERS = {
         "open": on_open,
+        "history.more": on_history_more,
         "take_over": on_take_over,
         "hand_back": on_hand_back,
         "close": on_close,
@@ -390,5 +479,35 @@ class AgentConsumer(FrameSocket):
         await self._send({**event["frame"], "conversation": event["conversation"]})
 
     async def agents_frame(self, event: dict[str, Any]) -> None:
-        """The console list: ``conversation.update`` and ``handoff``."""
-        await self._send(event["frame"])
+        """The console list: ``conversation.update`` and ``handoff``, for the rows this console
+        lists (docs/console.md#paging). A conversation outside its loaded pages gets no row:
+
+        * entering the waiting section (``handoff``, ``status`` ``waiting_agent``): it goes to the
+          end of the waiting list, so its row is sent only when the console loaded that list to
+          its end; otherwise a ``queue.counts`` frame (the new counts) goes instead;
+        * ``status`` ``agent`` or ``bot``: it goes to the top of its section (most recent first),
+          inside the first page: sent, and listed from now on;
+        * ``status`` ``closed``: it leaves the list: ``queue.counts`` only;
+        * a new message of a conversation the console does not list: dropped (nothing it shows
+          changes), except the first message of a new conversation (``seq`` 1), which opens the
+          bot section's first page."""
+        frame = event["frame"]
+        cid = frame.get("conversation")
+        if cid in self.listed:
+            await self._send(frame)
+            return
+        status = frame.get("status")
+        if frame["type"] == "handoff" or status == ConversationStatus.WAITING_AGENT:
+            show = self.waiting_complete
+        elif status in (ConversationStatus.AGENT, ConversationStatus.BOT):
+            show = True
+        elif status is not None:
+            show = False
+        else:
+            last = frame.get("last_message") or {}
+            show = last.get("seq") == 1
+        if show:
+            self.listed.add(cid)
+            await self._send(frame)
+        elif frame.get("counts") is not None:
+            await self._send({"type": "queue.counts", "counts": frame["counts"]})

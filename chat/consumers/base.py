@@ -6,7 +6,6 @@ relay the conversation group's frames."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -18,6 +17,8 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
 from .. import answering, regroup, shutdown, sweeper
+from ..protocol import error_frame
+from . import framing
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +136,28 @@ class FrameSocket(AsyncWebsocketConsumer):
         await self._release()
 
     async def _send(self, frame: Any) -> None:
+        """Send ``frame`` as JSON. The guard of every frame a socket sends: one over the byte
+        budget (``framing.frame_budget``, below ``KEFU_WS_MAX_MESSAGE_BYTES``) is never sent; an
+        ``error`` frame ``too_large`` goes instead (and the cause is logged), so the client never
+        closes the socket over a frame it refuses. Frames that can grow with the data are built
+        to fit beforehand (``framing.fit_list``); this is the net under them."""
+        text = framing.encode(frame)
+        size = framing.byte_size(text)
+        if size > framing.frame_budget():
+            kind = frame.get("type") if isinstance(frame, dict) else type(frame).__name__
+            log.error("a %s frame of %d bytes is over the frame budget: not sent", kind, size)
+            refusal: dict[str, Any] = dict(error_frame("too_large", f"a {kind} frame was too large to send"))
+            if isinstance(frame, dict) and isinstance(frame.get("conversation"), str):
+                refusal["conversation"] = frame["conversation"]
+            text = framing.encode(refusal)
+        await self._send_text(text)
+
+    async def _send_text(self, text: str) -> None:
+        """Send an encoded frame that was built to fit (``framing.fit_list``)."""
         if self.closed:
             return
         try:
-            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+            await self.send(text_data=text)
         except Disconnected:
             # The client went away while a frame was on its way (e.g. mid-stream): what it was
             # sent is stored anyway; this socket just stops receiving.

@@ -18,6 +18,16 @@
     me: null, // display name
     myId: null,
     rows: new Map(), // conversation id -> row (console list shape)
+    // The list comes in pages (docs/console.md#paging): each section's count on the server, the
+    // cursor of its next page (null: all loaded) and whether that page was asked for.
+    counts: {},
+    next: {},
+    moreBusy: {},
+    // The open conversation's history comes newest page first: the seq before which older
+    // messages exist (null: none loaded yet), whether there are any, and whether a page is asked for.
+    histBefore: null,
+    histMore: false,
+    histBusy: false,
     open: null, // followed conversation id
     info: null, // its row
     msgs: new Map(), // message id -> {el, text, streaming}
@@ -129,13 +139,29 @@
       case "queue":
         state.rows.clear();
         for (const row of f.conversations) state.rows.set(row.id, row);
+        state.counts = f.counts || {};
+        state.next = f.next || {};
+        state.moreBusy = {};
         renderLists();
         if (state.open) send({ type: "open", conversation: state.open }); // after a reconnect
         for (const p of state.pending.values()) send(p.frame); // unacknowledged messages, again
         for (const r of state.orderReqs.values()) send(r.frame); // order actions with no reply yet, again
         if (state.open) loadOrders();
         return;
+      case "queue.page":
+        for (const row of f.conversations) if (!state.rows.has(row.id)) state.rows.set(row.id, row);
+        state.counts = f.counts || state.counts;
+        state.next[f.status] = f.next ? f.next[f.status] : null;
+        state.moreBusy[f.status] = false;
+        return renderLists();
+      case "queue.counts":
+        state.counts = f.counts;
+        return renderLists();
       case "conversation.update":
+        if (f.counts) state.counts = f.counts;
+        else if (!f.status && !state.rows.has(f.conversation) && f.last_message && f.last_message.seq === 1) {
+          state.counts.bot = (state.counts.bot || 0) + 1; // a new conversation (docs/console.md#paging)
+        }
         return onUpdate(f);
       case "handoff":
         state.rows.set(f.conversation, f.info);
@@ -144,6 +170,10 @@
         if (f.conversation === state.open) showPacket(f.packet);
         return;
       case "error":
+        if (state.histBusy && f.conversation === state.open) {
+          state.histBusy = false;
+          renderEdge();
+        }
         if (f.request_id && state.orderReqs.has(f.request_id)) return orderFailed(f);
         if (f.request_id && f.request_id === state.ordersReq) return ordersFailed(f);
         notify(f.message || f.code, true);
@@ -163,6 +193,8 @@
         return onOrders(f);
       case "history":
         return onHistory(f);
+      case "history.page":
+        return onHistoryPage(f);
       case "message":
         return onMessage(f);
       case "stream.start":
@@ -230,8 +262,28 @@
     for (const [status, id] of [["waiting_agent", "waiting"], ["agent", "agent"], ["bot", "bot"]]) {
       const list = $(`list-${id}`);
       list.replaceChildren(...groups[status].map(renderRow));
-      $(`count-${id}`).textContent = String(groups[status].length);
+      const count = state.counts[status];
+      $(`count-${id}`).textContent = String(typeof count === "number" ? Math.max(count, groups[status].length) : groups[status].length);
+      // The next page of this section, when the server has more than the console loaded.
+      const more = $(`more-${id}`);
+      if (more) {
+        more.hidden = !state.next[status];
+        more.disabled = !!state.moreBusy[status];
+      }
     }
+  }
+
+  function loadMoreRows(status) {
+    const after = state.next[status];
+    if (!after || state.moreBusy[status]) return;
+    if (send({ type: "queue.more", status, after })) {
+      state.moreBusy[status] = true;
+      renderLists();
+    }
+  }
+  for (const [status, id] of [["waiting_agent", "waiting"], ["agent", "agent"], ["bot", "bot"]]) {
+    const more = $(`more-${id}`);
+    if (more) more.addEventListener("click", () => loadMoreRows(status));
   }
 
   function renderRow(row) {
@@ -271,6 +323,9 @@
     state.info = state.rows.get(id) || null;
     state.msgs.clear();
     state.pendingWrong = null;
+    state.histBefore = null;
+    state.histMore = false;
+    state.histBusy = false;
     $("log").replaceChildren();
     $("notes").replaceChildren();
     $("packet").hidden = true;
@@ -341,11 +396,68 @@
 
   function onHistory(f) {
     state.info = Object.assign({}, state.rows.get(f.conversation) || {}, f.info);
+    // The newest page. Sent again after a reconnect or a resync, it does not forget older pages
+    // already loaded.
+    if (state.histBefore == null || (f.before != null && f.before <= state.histBefore)) {
+      state.histBefore = f.before;
+      state.histMore = !!f.more;
+    }
     for (const m of f.messages) upsertMessage(Object.assign({}, m, { streaming: m.state === "streaming" }));
+    renderEdge();
+    scrollLog(true);
+    loadOlderIfShort();
     $("notes").replaceChildren();
     for (const n of f.notes) addNote(n);
     if (f.info.packet) showPacket(f.info.packet);
     renderStatus();
+  }
+
+  // An older page (reply to history.more): inserted above what is shown, the view kept where it was.
+  function onHistoryPage(f) {
+    const log = $("log");
+    const fromBottom = log.scrollHeight - log.scrollTop;
+    for (const m of f.messages) upsertMessage(Object.assign({}, m, { streaming: m.state === "streaming" }), true);
+    if (f.before != null && (state.histBefore == null || f.before < state.histBefore)) state.histBefore = f.before;
+    state.histMore = !!f.more;
+    state.histBusy = false;
+    renderEdge();
+    log.scrollTop = log.scrollHeight - fromBottom;
+    loadOlderIfShort();
+  }
+
+  // Scrolled to the top of the log: the page before the oldest message shown.
+  function loadOlder() {
+    if (!state.open || !state.histMore || state.histBusy || state.histBefore == null) return;
+    if (send({ type: "history.more", conversation: state.open, before: state.histBefore })) {
+      state.histBusy = true;
+      renderEdge();
+    }
+  }
+
+  function loadOlderIfShort() {
+    const log = $("log");
+    if (log.scrollHeight <= log.clientHeight) loadOlder(); // nothing to scroll yet: fill the view
+  }
+
+  $("log").addEventListener("scroll", () => {
+    if ($("log").scrollTop < 80) loadOlder();
+  });
+
+  // The top line of the log: "loading earlier messages" while a page is on its way, "start of the
+  // conversation" once the first message is shown (the history's end marker, more: false).
+  function renderEdge() {
+    const log = $("log");
+    let edge = $("log-edge");
+    if (!edge) {
+      edge = el("li", "log__edge");
+      edge.id = "log-edge";
+      edge.dataset.seq = "0";
+      edge.setAttribute("role", "status");
+    }
+    if (log.firstChild !== edge) log.insertBefore(edge, log.firstChild);
+    const text = state.histBusy ? log.dataset.loadingText : !state.histMore && state.histBefore != null ? log.dataset.startText : "";
+    edge.textContent = text || "";
+    edge.hidden = !text;
   }
 
   function onMessage(f) {
@@ -382,7 +494,7 @@
     scrollLog();
   }
 
-  function upsertMessage(m) {
+  function upsertMessage(m, older) {
     let rec = state.msgs.get(m.id);
     if (!rec) {
       const li = el("li", `msg msg--${m.role}`);
@@ -406,7 +518,7 @@
     rec.m = m.reason || !rec.reason ? m : { ...m, reason: rec.reason };
     renderMeta(rec, m.id);
     rec.el.classList.toggle("is-streaming", !!m.streaming);
-    scrollLog();
+    if (!older) scrollLog();
   }
 
   function renderMeta(rec, id) {
@@ -468,9 +580,10 @@
     if (rec) renderMeta(rec, id); // the control again, enabled
   }
 
-  function scrollLog() {
+  // Follow the newest message, unless the agent scrolled up to read older ones.
+  function scrollLog(force) {
     const log = $("log");
-    log.scrollTop = log.scrollHeight;
+    if (force || log.scrollHeight - log.scrollTop - log.clientHeight < 200) log.scrollTop = log.scrollHeight;
   }
 
   function onStatus(status, agent) {

@@ -70,7 +70,7 @@ def classify(text: str, locale: str) -> Classified:
         return out
     if scope is not None:
         out.verdict = scope.classify(text) if vector is None else scope.classify_vector(vector, text=text)
-    if (out.verdict is not None and out.verdict.out_of_scope) or wants_human(full_text):
+    if (out.verdict is not None and out.verdict.out_of_scope) or wants_human(full_text, locale):
         return out
     out.tier = choose_tier(full_text, vector)  # rules on the whole text, the model on this vector
     if out.tier is None or out.tier.tier == HANDOFF:

@@ -1,7 +1,7 @@
 """Who answers a shopper message: the cheapest way that is still right.
 
 Order of checks (docs/routing.md):
-1. the shopper asks for a person (keyword rules, English and Chinese) -> ``handoff``;
+1. the shopper asks for a person (``routing.decide.handoff_intent``, every language) -> ``handoff``;
 0. a short "yes"/"no" to a change the bot offered -> ``action`` (``routing.orders.actions``);
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
@@ -85,7 +85,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     if confirmed is not None:
         return action_decision(confirmed, locale=locale)
     rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
-    asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
+    asks_for_person = wants_human(text, locale) or (rule is not None and rule.action == HANDOFF)
 
     classified = await classified_text(text, locale)
     match, verdict = classified.match, classified.verdict

@@ -6,7 +6,8 @@ Order of checks (docs/routing.md):
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
-3. the scope classifier says the message is not a store matter -> ``decline``;
+3. small talk in any language (``routing.decide.smalltalk``) -> ``decline`` with kefu's own reply;
+   the scope classifier says the message is not a store matter -> ``decline``;
 4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries; the tier
    classifier (``routing.decide.tier_classifier``: keyword rules, then a learned model) chooses the tier, or a
    keyword rule (legal threat, fraud, chargeback...) hands the message to a person; the spend
@@ -31,7 +32,7 @@ from routing.decide import answers
 from routing.decide.classify import classified as classified_text
 from routing.decide.decision import Decision
 from routing.decide.injection import injection_signals
-from routing.decide.replies import small_talk_reply, wants_human
+from routing.decide.replies import wants_human
 from routing.decide.tier_classifier import HANDOFF, rule_for
 from routing.faq.model import normalise_text
 from routing.faq.registry import registry
@@ -126,9 +127,15 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     named = await actions.reference_decision(question, locale) if store_actions else None
     if named is not None:
         return action_decision(named, locale=locale)
-    reply = small_talk_reply(text, locale)
-    if reply is not None:
-        return Decision(route="decline", locale=locale, text=reply, reason="small talk")
+    if classified.small_talk is not None:
+        # Small talk in any language: kefu's own reply, no model, no person; a pending task stays.
+        talk = classified.small_talk
+        return Decision(
+            route="decline",
+            locale=locale,
+            text=talk.reply,
+            reason=f"small talk {talk.category} s={talk.similarity:.2f}",
+        )
     if verdict is not None and verdict.out_of_scope:
         return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
 

@@ -69,3 +69,26 @@ async def test_a_look_alike_goes_to_the_model_not_to_a_person(make_client, faq, 
     assert end["route"] == "llm.simple" and end["text"] == "Yes, it is."
     assert await shopper.comm.receive_nothing(timeout=0.3)  # no status frame: no handoff
     assert await status_of(shopper.conversation) != "waiting_agent"
+
+
+async def test_the_talk_to_a_person_frame_hands_off_at_once(make_client, faq, remote):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.send({"type": "ask_person"})
+    frames = await shopper.until("status")
+    assert frames[-1]["status"] == "waiting_agent"
+    assert await status_of(shopper.conversation) == "waiting_agent"
+    packet = await database_sync_to_async(
+        lambda: Conversation.objects.get(pk=uuid.UUID(shopper.conversation)).handoff_packet
+    )()
+    assert packet["rule"] == "asked_for_person" and packet["via"] == "button"
+    assert remote.requests == []
+
+
+async def test_the_talk_to_a_person_frame_takes_no_fields(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.send({"type": "ask_person", "now": True})
+    frame = await shopper.recv()
+    assert frame == {"type": "error", "code": "invalid", "message": "ask_person takes no fields (got now)"}
+    assert await status_of(shopper.conversation) != "waiting_agent"

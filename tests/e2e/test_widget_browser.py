@@ -352,3 +352,30 @@ def test_signing_in_on_a_shared_browser_shows_nothing_of_the_anonymous_chat(live
         assert page.evaluate("Object.keys(localStorage).filter(k => k.endsWith(':outbox'))") == []
     finally:
         store.shutdown()
+
+
+def test_the_talk_to_a_person_button_hands_off_at_once(live_kefu, browser):
+    from playwright.sync_api import expect
+
+    kefu = live_kefu()
+    page = browser.new_page()
+    sent: list[dict] = []
+    received: list[dict] = []
+
+    def watch(ws):
+        ws.on("framesent", lambda payload: sent.append(json.loads(payload)))
+        ws.on("framereceived", lambda payload: received.append(json.loads(payload)))
+
+    page.on("websocket", watch)
+    page.goto(kefu.base + "/")
+    page.click("kefu-chat >> .kefu-launcher")
+    button = page.locator("kefu-chat >> .kefu-person")
+    expect(button).to_be_visible(timeout=20000)
+    expect(button).to_have_text("Talk to a person")
+    button.click()
+    # The status the server sends once the conversation is in the agents' queue.
+    expect(page.locator("kefu-chat >> .kefu-root")).to_have_attribute("data-status", "waiting_agent", timeout=20000)
+    expect(button).to_be_hidden()
+    assert {"type": "ask_person"} in sent
+    assert not any(f["type"] == "message" for f in sent)  # no message was typed or sent for it
+    assert any(f["type"] == "status" and f["status"] == "waiting_agent" for f in received)

@@ -302,6 +302,12 @@ def _asks(sentence: str, c: _Compiled) -> str:
     return ""
 
 
+def asks_in(sentence: str, locale: str) -> str:
+    """The person word that a contact word meets within ``WINDOW`` in ``sentence``, by
+    ``locale``'s phrase data (``""`` when none, or ``locale`` has no phrase data)."""
+    return _asks(sentence, _compiled(locale)) if locale in PHRASES else ""
+
+
 def person_request(text: str, locale: str = "en") -> PersonRequest | None:
     """Whether ``text`` asks for a person, and why (:class:`PersonRequest`); ``None`` when it
     does not. ``locale``: the message's language (``lib.text.detect_locale``); its phrase data

@@ -2,7 +2,8 @@
 
 Order of checks (docs/routing.md):
 1. the shopper asks for a person (``routing.decide.handoff_intent``, every language) -> ``handoff``;
-0. a short "yes"/"no" to a change the bot offered -> ``action`` (``routing.orders.actions``);
+0. a short yes to a person the bot's last answer offered -> ``handoff`` (``routing.decide.handoff_flow``);
+   a short "yes"/"no" to a change the bot offered -> ``action`` (``routing.orders.actions``);
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
@@ -28,7 +29,7 @@ from cache_layer import services as cache
 from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up, personal_data
 from lib.text import detect_locale
-from routing.decide import answers
+from routing.decide import answers, handoff_flow
 from routing.decide.classify import classified as classified_text
 from routing.decide.decision import Decision
 from routing.decide.injection import injection_signals
@@ -81,6 +82,10 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     await check_tiers_async()
     text = question.text
     locale = detect_locale(text, question.locale)
+    # A "yes" to the person the bot's last answer offered: a person, before any task or model.
+    accepted = await handoff_flow.accepted_offer(question, history) if store_actions else None
+    if accepted is not None:
+        return handoff_decision(locale=locale, reason=accepted)
     # A "yes" or "no" to a change the bot offered (cancel, return): made or forgotten, no model.
     confirmed = await actions.confirm_decision(question, locale) if store_actions else None
     if confirmed is not None:

@@ -92,3 +92,50 @@ async def test_the_talk_to_a_person_frame_takes_no_fields(make_client, faq):
     frame = await shopper.recv()
     assert frame == {"type": "error", "code": "invalid", "message": "ask_person takes no fields (got now)"}
     assert await status_of(shopper.conversation) != "waiting_agent"
+
+
+OFFERS = [
+    (
+        "en",
+        "Can you engrave a name on the walnut lamp base?",
+        "I'm not sure we can. Would you like me to connect you with someone from our team?",
+        "yes please",
+    ),
+    (
+        "es",
+        "¿La lámpara de pie de nogal viene con regulador de intensidad?",
+        "No estoy seguro. ¿Quieres que te ponga en contacto con una persona del equipo?",
+        "sí, por favor",
+    ),
+    ("zh", "胡桃木台灯的底座可以刻字吗？", "这个我不太确定。需要我为您转接人工客服吗？", "好的"),
+]
+
+
+@pytest.mark.parametrize("locale, question, offer, yes", OFFERS)
+async def test_a_yes_to_the_models_offer_of_a_person_hands_off(make_client, faq, remote, locale, question, offer, yes):
+    remote.push(Behaviour(text=offer))
+    shopper = await make_client()
+    await shopper.hello(locale=locale)
+    await shopper.say(question)
+    first = (await shopper.until("stream.end"))[-1]
+    assert first["route"] == "llm.simple" and first["text"] == offer
+    await shopper.say(yes)
+    frames = await shopper.until("status")
+    end = next(f for f in frames if f["type"] == "stream.end")
+    assert end["route"] == "handoff"
+    assert frames[-1]["status"] == "waiting_agent"
+    assert await status_of(shopper.conversation) == "waiting_agent"
+    assert len(remote.requests) == 1  # the yes never reached the model
+
+
+async def test_a_yes_after_an_answer_that_offered_no_person_is_not_a_handoff(make_client, faq, remote):
+    remote.push(Behaviour(text="Yes, we engrave up to 20 letters. Would you like the walnut or the oak base?"))
+    remote.push(Behaviour(text="Great, the walnut one it is."))
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("Can you engrave a name on the walnut lamp base?")
+    await shopper.until("stream.end")
+    await shopper.say("yes please")
+    end = (await shopper.until("stream.end"))[-1]
+    assert end["route"] != "handoff"
+    assert await status_of(shopper.conversation) != "waiting_agent"

@@ -44,6 +44,13 @@ C = 1.0
 MAX_WORDS = 12
 #: Digits or an ``@`` (an order number, an e-mail, a size, a price) make a message a store matter.
 _REFERENCE = re.compile(r"\d|@")
+#: A connective opener makes a message a follow-up to the conversation, not small talk ("y el
+#: azul?", "and the blue one?", "那红色的呢"), whatever its closest example.
+_FOLLOW_UP = re.compile(
+    r"^[¿¡\s]*(?:(?:and|or|but|also|what about|how about|y|o|pero|et|ou|mais|und|oder|aber|e|ma|en|of|maar"
+    r"|и|а|или|но)\b|那|还有|另外|それ|그럼|그리고)",
+    re.IGNORECASE,
+)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 
@@ -121,7 +128,7 @@ class SmallTalkClassifier:
     def classify(self, text: str, vector: np.ndarray | None, locale: str) -> SmallTalk | None:
         """``text`` as small talk (:class:`SmallTalk`), or ``None`` for anything else. ``vector``:
         the embedding of ``normalise_text(text)`` (None: only the exact greeting rule applies)."""
-        if _REFERENCE.search(text) or _words(text) > MAX_WORDS:
+        if _REFERENCE.search(text) or _FOLLOW_UP.match(text) or _words(text) > MAX_WORDS:
             return None
         if SMALL_TALK.match(text):
             return SmallTalk(_rule_category(text), 1.0, self.reply(_rule_category(text), locale))

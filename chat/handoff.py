@@ -6,6 +6,7 @@ Packet shape (stored in ``Conversation.handoff_packet``, sent in the console's `
 
     {
       "rule": "asked_for_person" | "no_answer" | "remote_failed" | "bot_handoff",
+      "via": "button",            # only when the shopper pressed "talk to a person" (ask_person)
       "reason": str,              # the router's own words (Decision.reason)
       "route": str,               # route of the answer that escalated (handoff, or faq when the
                                   # shopper asked for a person and the FAQ answered first)
@@ -118,6 +119,43 @@ async def escalate(*, conversation_id: uuid.UUID, message: Message, route: str, 
     esc = await database_sync_to_async(_escalate)(
         conversation_id=conversation_id, message=message, route=route, reason=reason, locale=locale
     )
+    await _published(conversation_id, esc)
+
+
+def _asked_by_button(*, conversation_id: uuid.UUID, locale: str) -> services.Escalation:
+    """Escalate for the ``ask_person`` frame: the packet of the session's latest shopper message
+    (``shopper_request`` ``{"seq": 0, "text": ""}`` when there is none yet), rule
+    ``asked_for_person``, ``via`` ``button``."""
+    session_from = (
+        Conversation.objects.filter(pk=conversation_id).values_list("session_from_seq", flat=True).first() or 0
+    )
+    latest = (
+        Message.objects.filter(conversation_id=conversation_id, seq__gt=session_from, role=Role.SHOPPER)
+        .order_by("-seq")
+        .first()
+    )
+    reason = "shopper pressed talk to a person"
+    if latest is None:
+        latest = Message(conversation_id=conversation_id, seq=0, role=Role.SHOPPER, text="")
+    packet = build_packet(conversation_id=conversation_id, message=latest, route="handoff", reason=reason)
+    packet.update(rule="asked_for_person", via="button")
+    notice = None if presence.agents_online() > 0 else NO_AGENT_NOTICE.get(locale, NO_AGENT_NOTICE["en"])
+    return services.conversation_escalate(
+        conversation_id=conversation_id, reason=reason, packet=packet, no_agent_notice=notice
+    )
+
+
+async def escalate_on_request(*, conversation_id: uuid.UUID, locale: str) -> None:
+    """The shopper pressed "talk to a person" (the ``ask_person`` frame): the conversation enters
+    the agents' queue at once, whatever the bot is doing, and the frames of :func:`escalate` are
+    published. Nothing when an agent holds it or it is closed; already waiting: only its packet
+    is renewed. Raises what the database raises."""
+    esc = await database_sync_to_async(_asked_by_button)(conversation_id=conversation_id, locale=locale)
+    await _published(conversation_id, esc)
+
+
+async def _published(conversation_id: uuid.UUID, esc: services.Escalation) -> None:
+    """Publish an escalation's frames (see :func:`escalate`)."""
     if esc.status != ConversationStatus.WAITING_AGENT:
         return  # an agent took it over (or it closed) meanwhile: nothing to queue
     await events.publish(

@@ -32,6 +32,7 @@ from django.db import close_old_connections
 from cache_layer.embeddings import embed_batched
 from cache_layer.intent_model import get_intent_model
 from lib.text import configured_detector
+from routing.decide import smalltalk
 from routing.decide.tier_classifier import get_classifier
 from routing.upstream import tokens
 from routing.upstream.tiers import check_tiers, configured_tiers, tier_model
@@ -93,6 +94,9 @@ def warm() -> None:
         tokens.warm_tokenizer(tier_model(tier))
     get_classifier()
     get_intent_model()
+    smalltalk.classifier()  # ~1,500 seed texts, memoised on disk after the first start
     embed_batched(["warm up"])
     configured_detector().warm()  # lingua's language models, ~1-2 s
-    log.info("router warm: SDK imported, tokenizers loaded, tier classifier trained, language models loaded")
+    log.info(
+        "router warm: SDK imported, tokenizers loaded, tier classifier trained, small talk trained, language models loaded"
+    )

@@ -21,7 +21,19 @@ from lib import metrics
 from lib.loops import PerLoop
 from lib.text import supported_locale
 
-from .. import answering, availability, errors, events, identity, limits, selectors, services, shutdown, streams
+from .. import (
+    answering,
+    availability,
+    errors,
+    events,
+    handoff,
+    identity,
+    limits,
+    selectors,
+    services,
+    shutdown,
+    streams,
+)
 from ..models import Message, MessageState
 from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_contact, validate_message
 from .base import CLOSE_FORBIDDEN, CLOSE_IDENTITY, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
@@ -105,6 +117,8 @@ class ShopperConsumer(FrameSocket):
                 await self.on_older(content)
             elif kind == "contact":
                 await self.on_contact(content)
+            elif kind == "ask_person":
+                await self.on_ask_person(content)
             else:
                 raise ProtocolError("invalid", f"unknown frame type {kind!r}")
         except ProtocolError as e:
@@ -376,6 +390,17 @@ class ShopperConsumer(FrameSocket):
             answering.enqueue_claimed(received.message, received.claimed)
         else:
             answering.kick(self.conversation_id)
+
+    async def on_ask_person(self, content: dict[str, Any]) -> None:
+        """``ask_person``: the widget's "talk to a person" button. The conversation enters the
+        agents' queue at once (``chat.handoff.escalate_on_request``): every socket of it gets
+        ``status`` ``waiting_agent`` (and the no-agent notice when no one is online). The frame
+        carries no field; any other is refused (``invalid``)."""
+        assert self.conversation_id is not None
+        extra = sorted(set(content) - {"type"})
+        if extra:
+            raise ProtocolError("invalid", f"ask_person takes no fields (got {', '.join(extra)})")
+        await handoff.escalate_on_request(conversation_id=self.conversation_id, locale=self.locale)
 
     async def on_contact(self, content: dict[str, Any]) -> None:
         """``contact`` ``email``: the shopper leaves an address for a reply (the widget offers it

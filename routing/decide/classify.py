@@ -16,6 +16,7 @@ from cache_layer.embeddings import embed_batched
 from lib.text import detect_locale
 from routing.decide import answers
 from routing.decide.replies import wants_human
+from routing.decide.smalltalk import SmallTalk, small_talk
 from routing.decide.tier_classifier import HANDOFF, TierDecision, choose_tier
 from routing.faq.model import FaqMatch, normalise_text
 from routing.faq.registry import registry
@@ -42,6 +43,11 @@ class Classified:
     # The FAQ's trained state it was computed with (``registry.snapshot``): a prefetched
     # classification is used only while that state is still the current one.
     faq_state: object | None = None
+    # The message's embedding (``normalise_text`` of its first ``ROUTING_MAX_CHARS`` code points,
+    # unit norm, ``(dim,)``); None when nothing is left after normalisation.
+    vector: np.ndarray | None = None
+    # Small talk kefu answers itself (routing.decide.smalltalk): set, nothing else is computed.
+    small_talk: SmallTalk | None = None
 
 
 def classify(text: str, locale: str) -> Classified:
@@ -60,7 +66,7 @@ def classify(text: str, locale: str) -> Classified:
     vector = embed_batched([norm])[0] if norm else None
     snapshot = registry.snapshot
     model, scope = snapshot.model, snapshot.scope
-    out = Classified(faq_state=snapshot)
+    out = Classified(faq_state=snapshot, vector=vector)
     # The FAQ answers only in a language it has entries for: a question in another language goes
     # on to a remote model, which answers in it (or to a person), grounded on the entries it matches.
     if model is not None and locale in snapshot.locales:
@@ -69,9 +75,14 @@ def classify(text: str, locale: str) -> Classified:
         out.match = model.match(asked, locale=locale)
     if out.match is not None and out.match.accepted:
         return out
+    asks_for_person = wants_human(full_text, locale)
+    if not asks_for_person:
+        out.small_talk = small_talk(text, vector, locale)
+        if out.small_talk is not None:
+            return out
     if scope is not None:
         out.verdict = scope.classify(text) if vector is None else scope.classify_vector(vector, text=text)
-    if (out.verdict is not None and out.verdict.out_of_scope) or wants_human(full_text):
+    if (out.verdict is not None and out.verdict.out_of_scope) or asks_for_person:
         return out
     out.tier = choose_tier(full_text, vector)  # rules on the whole text, the model on this vector
     if out.tier is None or out.tier.tier == HANDOFF:

@@ -1,20 +1,11 @@
-"""The bot's own words for what needs no model: requests for a person and small talk.
-
-English patterns match whole words; Chinese ones match substrings (Chinese has no spaces).
-"""
+"""The bot's own words for what needs no model: requests for a person (whose detection lives in
+``routing.decide.handoff_intent``) and small talk."""
 
 from __future__ import annotations
 
 import re
 
-# Requests for a person. English matches whole words; Chinese matches substrings.
-HUMAN_EN = re.compile(
-    r"\b(human|real person|live (agent|person)|(talk|speak|chat) (to|with) (a |an |someone|somebody|"
-    r"your )?(person|agent|representative|someone|somebody|staff)|customer (service )?(agent|representative)|"
-    r"operator)\b",
-    re.IGNORECASE,
-)
-HUMAN_ZH = re.compile(r"人工|真人|转接|客服人员|找客服|接线员")
+from routing.decide.handoff_intent import person_request
 
 # Pure small talk: a greeting, thanks or goodbye and nothing else. The bot answers it itself
 # (route ``decline``: no FAQ, no remote model, no person) instead of queueing it for an agent.
@@ -46,12 +37,13 @@ def small_talk_reply(text: str, locale: str) -> str | None:
     return "Hello! I can help with products, orders, shipping, returns and payments. What can I do for you?"
 
 
-def wants_human(text: str) -> bool:
-    """Whether ``text`` asks for a person (``HUMAN_EN`` whole words, ``HUMAN_ZH`` substrings)."""
-    return bool(HUMAN_EN.search(text) or HUMAN_ZH.search(text))
+def wants_human(text: str, locale: str = "en") -> bool:
+    """Whether ``text`` (in ``locale``) asks for a person, in any language kefu detects
+    (``routing.decide.handoff_intent.person_request``)."""
+    return person_request(text, locale) is not None
 
 
-def person_request_words(text: str) -> str:
+def person_request_words(text: str, locale: str = "en") -> str:
     """The words of ``text`` that ask for a person (the first match), or ``""``."""
-    m = HUMAN_EN.search(text) or HUMAN_ZH.search(text)
-    return m.group(0) if m else ""
+    found = person_request(text, locale)
+    return found.words if found is not None else ""

@@ -1,15 +1,17 @@
 """Who answers a shopper message: the cheapest way that is still right.
 
 Order of checks (docs/routing.md):
-1. the shopper asks for a person (keyword rules, English and Chinese) -> ``handoff``;
-0. a message that only supplies a piece of the conversation's task (an e-mail, an order number,
+0. a short yes to a person the bot's last answer offered -> ``handoff`` (``routing.decide.handoff_flow``);
+1. the shopper asks for a person (``routing.decide.handoff_intent``, every language) -> ``handoff``;
+1b. a message that only supplies a piece of the conversation's task (an e-mail, an order number,
    a "yes"/"no" to a change the bot offered) -> ``action`` (``routing.orders.tasks``); a bare
    "yes"/"no" with nothing pending -> ``decline`` (kefu's own reply), or, when the last bot answer
    was a remote model's question, that route with its history;
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
-3. the scope classifier says the message is not a store matter -> ``decline``;
+3. small talk in any language (``routing.decide.smalltalk``) -> ``decline`` with kefu's own reply;
+   the scope classifier says the message is not a store matter -> ``decline``;
 4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries; the tier
    classifier (``routing.decide.tier_classifier``: keyword rules, then a learned model) chooses the tier, or a
    keyword rule (legal threat, fraud, chargeback...) hands the message to a person; the spend
@@ -30,11 +32,11 @@ from cache_layer import services as cache
 from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up
 from lib.text import detect_locale
-from routing.decide import answers
+from routing.decide import answers, handoff_flow
 from routing.decide.classify import classified as classified_text
 from routing.decide.classify import follow_up_classified
 from routing.decide.decision import Decision
-from routing.decide.replies import small_talk_reply, wants_human
+from routing.decide.replies import wants_human
 from routing.decide.tier_classifier import HANDOFF, rule_for
 from routing.faq.model import normalise_text
 from routing.faq.registry import registry
@@ -83,11 +85,15 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     await check_tiers_async()
     text = question.text
     locale = detect_locale(text, question.locale)
+    # A "yes" to the person the bot's last answer offered: a person, before any task or model.
+    accepted = await handoff_flow.accepted_offer(question, history) if store_actions else None
+    if accepted is not None:
+        return handoff_decision(locale=locale, reason=accepted)
+    rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
+    asks_for_person = wants_human(text, locale) or (rule is not None and rule.action == HANDOFF)
     # A message that only supplies a piece of the conversation's task (routing.orders.tasks): an
     # e-mail, an order number, a yes/no to what kefu offered; a bare yes/no with nothing pending
     # gets kefu's own reply, or goes back to the remote model whose question it answers.
-    rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
-    asks_for_person = wants_human(text) or (rule is not None and rule.action == HANDOFF)
     step = await tasks.continue_task(question, locale, history) if store_actions and not asks_for_person else None
     if step is not None and step.reply is not None:
         return action_decision(step.reply, locale=locale)
@@ -134,9 +140,15 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     named = await actions.reference_decision(question, locale) if store_actions else None
     if named is not None:
         return action_decision(named, locale=locale)
-    reply = small_talk_reply(text, locale) if not follow_up else None
-    if reply is not None:
-        return Decision(route="decline", locale=locale, text=reply, reason="small talk")
+    if classified.small_talk is not None and not follow_up:
+        # Small talk in any language: kefu's own reply, no model, no person; a pending task stays.
+        talk = classified.small_talk
+        return Decision(
+            route="decline",
+            locale=locale,
+            text=talk.reply,
+            reason=f"small talk {talk.category} s={talk.similarity:.2f}",
+        )
     if verdict is not None and verdict.out_of_scope:
         return Decision(route="decline", locale=locale, text=answers.decline_text(locale), reason="out of scope")
 

@@ -61,6 +61,7 @@
       title: "Chat with us",
       openChat: "Open chat",
       closeChat: "Close chat",
+      askPerson: "Talk to a person",
       unread: (n) => (n === 1 ? "1 unread message" : `${n} unread messages`),
       subtitleIdle: "Questions about orders, delivery or products?",
       subtitleBot: "Our assistant replies instantly",
@@ -129,6 +130,7 @@
       title: "在线客服",
       openChat: "打开客服聊天",
       closeChat: "关闭客服聊天",
+      askPerson: "转人工",
       unread: (n) => `${n} 条未读消息`,
       subtitleIdle: "订单、配送或商品有疑问？",
       subtitleBot: "智能助手即时回复",
@@ -534,7 +536,12 @@
   closeBtn.setAttribute("aria-label", T.closeChat);
   closeBtn.title = T.closeChat;
   closeBtn.appendChild(icon("close"));
-  header.append(avatar, heading, closeBtn);
+  // "Talk to a person": the `ask_person` frame hands the conversation to the agents' queue at
+  // once (docs/protocol.md 4.3). Shown while the bot answers; hidden once a person is asked for.
+  const personBtn = h("button", "kefu-person", T.askPerson);
+  personBtn.type = "button";
+  personBtn.hidden = true;
+  header.append(avatar, heading, personBtn, closeBtn);
 
   const log = h("div", "kefu-log");
   log.setAttribute("role", "log");
@@ -926,6 +933,7 @@
     const a = state.avail;
     root.dataset.conn = state.conn;
     root.dataset.status = state.status || "none";
+    personBtn.hidden = state.conn !== "online" || !(state.status === "bot" || state.status === null);
     // The dot is the team's availability once connected (green: someone online), the
     // connection's state otherwise (amber, pulsing).
     root.dataset.team = a ? (a.agents_online > 0 ? "online" : "offline") : "unknown";
@@ -1641,6 +1649,9 @@
 
   launcher.addEventListener("click", () => (state.open ? close() : open()));
   closeBtn.addEventListener("click", close);
+  personBtn.addEventListener("click", () => {
+    if (send({ type: "ask_person" })) personBtn.hidden = true;
+  });
   root.addEventListener("keydown", (event) => {
     if (event.key === "Escape" && state.open) {
       event.stopPropagation();

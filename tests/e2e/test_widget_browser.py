@@ -388,3 +388,30 @@ def test_a_model_answers_link_to_another_domain_is_shown_as_text(live_kefu, brow
     conversation = next(f for f in frames if f["type"] == "conversation")
     assert "127.0.0.1" in conversation["link_domains"] and "partner.example" in conversation["link_domains"]
     assert not any("evil.example" in d for d in conversation["link_domains"])
+
+
+def test_the_talk_to_a_person_button_hands_off_at_once(live_kefu, browser):
+    from playwright.sync_api import expect
+
+    kefu = live_kefu()
+    page = browser.new_page()
+    sent: list[dict] = []
+    received: list[dict] = []
+
+    def watch(ws):
+        ws.on("framesent", lambda payload: sent.append(json.loads(payload)))
+        ws.on("framereceived", lambda payload: received.append(json.loads(payload)))
+
+    page.on("websocket", watch)
+    page.goto(kefu.base + "/")
+    page.click("kefu-chat >> .kefu-launcher")
+    button = page.locator("kefu-chat >> .kefu-person")
+    expect(button).to_be_visible(timeout=20000)
+    expect(button).to_have_text("Talk to a person")
+    button.click()
+    # The status the server sends once the conversation is in the agents' queue.
+    expect(page.locator("kefu-chat >> .kefu-root")).to_have_attribute("data-status", "waiting_agent", timeout=20000)
+    expect(button).to_be_hidden()
+    assert {"type": "ask_person"} in sent
+    assert not any(f["type"] == "message" for f in sent)  # no message was typed or sent for it
+    assert any(f["type"] == "status" and f["status"] == "waiting_agent" for f in received)

@@ -278,6 +278,11 @@ def _compiled(locale: str) -> _Compiled:
     )
 
 
+# What a shopper gives along with a request (an e-mail, an order number, any token with a digit):
+# not words, so "mei@example.com human please" is still nothing but a person word.
+_DATA_PIECES = re.compile(r"[^\s@]+@[^\s@]+|\S*\d\S*")
+
+
 @dataclass(frozen=True)
 class PersonRequest:
     """Why a message was taken as asking for a person: ``locale`` whose phrase data matched,
@@ -322,7 +327,7 @@ def person_request(text: str, locale: str = "en") -> PersonRequest | None:
         m = c.phrase.search(text)
         if m:
             return PersonRequest(lang, "phrase", m.group(0))
-        if c.only.match(text):
+        if c.only.match(text) or c.only.match(_DATA_PIECES.sub(" ", text)):
             noun = c.noun.search(text)
             return PersonRequest(lang, "only", noun.group(0) if noun else text.strip())
         for sentence in _SENTENCE_END.split(text):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from routing import services as router
 
@@ -17,18 +17,31 @@ def messages_after(*, conversation_id: uuid.UUID, after: int) -> list[Message]:
     return list(Message.objects.filter(conversation_id=conversation_id, seq__gt=after).order_by("seq"))
 
 
+def _turn_order(message: Message) -> tuple[int, int, int]:
+    """Where a message belongs in a prompt: a bot answer right after the question it replies to
+    (``reply_to_seq``), whatever seq it took, else at its seq."""
+    if message.role == "bot" and message.reply_to_seq is not None:
+        return (message.reply_to_seq, 1, message.seq)
+    return (message.seq, 0, message.seq)
+
+
 def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: int, after_seq: int = 0) -> list[Message]:
     """The last ``turns`` turns (a turn = a shopper message and the answers after it) before
     ``before_seq`` and after ``after_seq`` (the session's start), oldest first, finished messages
-    only, system messages excluded."""
+    only, system messages excluded. One query.
+
+    A bot answer to a question before ``before_seq`` is in it even when its row took a later seq
+    (the message at ``before_seq`` was stored while the answer was being prepared), and it is
+    placed after its question (issue 29: the second of two messages sent 50 ms apart waits for the
+    first answer, and its prompt reads question 1, answer 1, question 2). An answer to
+    ``before_seq`` or a later message never is."""
     rows = list(
-        Message.objects.filter(
-            conversation_id=conversation_id, seq__lt=before_seq, seq__gt=after_seq, state=MessageState.DONE
-        )
+        Message.objects.filter(conversation_id=conversation_id, seq__gt=after_seq, state=MessageState.DONE)
+        .filter(Q(seq__lt=before_seq) | Q(role="bot", reply_to_seq__lt=before_seq))
         .exclude(role="system")
         .order_by("-seq")[: turns * 4]
     )
-    rows.reverse()
+    rows.sort(key=_turn_order)
     shopper_idx = [i for i, m in enumerate(rows) if m.role == "shopper"]
     if len(shopper_idx) > turns:
         rows = rows[shopper_idx[-turns] :]

@@ -106,8 +106,9 @@ async def finish_orphaned_answers() -> int:
     finished = 0
     for orphan in orphans:
         live = await streams.get(orphan.answer.pk)
+        again = orphan.question is not None and orphan.conversation.status != ConversationStatus.AGENT
         row = await database_sync_to_async(services.orphan_finish)(
-            message_id=orphan.answer.pk, text=live.text if live is not None else ""
+            message_id=orphan.answer.pk, text=live.text if live is not None else "", answer_again=again
         )
         if row is None:
             continue  # another process finished it
@@ -130,7 +131,7 @@ async def finish_orphaned_answers() -> int:
         await events.publish(conversation.pk, events.stream_end_frame(row))
         text = INTERRUPTED.get(conversation.locale, INTERRUPTED["en"])
         await events.publish(conversation.pk, {"type": "error", "code": "unavailable", "message": text})
-        if orphan.question is not None and conversation.status != ConversationStatus.AGENT:
+        if again and orphan.question is not None:
             answering.answer_as_one(messages=[orphan.question], conversation=conversation)
     return finished
 

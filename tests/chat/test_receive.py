@@ -208,3 +208,42 @@ def test_two_loops_claiming_at_once_claim_every_message_once() -> None:
     assert sorted(claimed[0] + claimed[1]) == list(range(1, 13))
     assert claimed[0] == sorted(claimed[0]) and claimed[1] == sorted(claimed[1])
     assert unanswered_before == []  # each message was claimed after every one before it was answered
+
+
+def test_a_sweep_finishing_a_dead_workers_answer_keeps_its_question_ahead_of_the_next() -> None:
+    """Issue 29: the answer's worker died; the sweep ends its row as cut and answers the question
+    again, holding the claim on it meanwhile, so the message waiting behind it is not answered
+    first (and its prompt then has the answer again)."""
+    conv, _ = services.conversation_start()
+    first = services.message_receive(conversation_id=conv.id, client_id="c1", text="first question", claim=True)
+    bot, _epoch = services.bot_message_begin(
+        conversation_id=conv.id, reply_to_seq=first.message.seq, route="llm.simple"
+    )
+    second = services.message_receive(conversation_id=conv.id, client_id="c2", text="second question", claim=True)
+    assert second.claimed is None
+    row = services.orphan_finish(message_id=bot.pk, text="Yes, the", answer_again=True)
+    assert row is not None and row.cut and row.state == MessageState.DONE
+    assert Conversation.objects.get(pk=conv.pk).claim_until is not None
+    with pytest.raises(AnswerInFlight):
+        services.answer_claim(conversation_id=conv.id)
+    answer(conv, first.message.seq, "Yes, the lamp has a dimmer.")  # the question answered again
+    claimed = services.answer_claim(conversation_id=conv.id)
+    assert claimed is not None and claimed[0].pk == second.message.pk
+
+
+def test_a_sweep_taking_an_orphaned_claim_holds_it_for_the_answer() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    conv, _ = services.conversation_start()
+    services.message_receive(conversation_id=conv.id, client_id="c1", text="first question", claim=True)
+    ran_out = timezone.now() - timedelta(seconds=1)
+    Conversation.objects.filter(pk=conv.pk).update(claim_until=ran_out)
+    second = services.message_receive(conversation_id=conv.id, client_id="c2", text="second question", claim=True)
+    assert second.claimed is None
+    assert services.orphan_claim_take(conversation_id=conv.id, claim_until=ran_out)
+    held = Conversation.objects.get(pk=conv.pk).claim_until
+    assert held is not None and held > timezone.now()
+    with pytest.raises(AnswerInFlight):
+        services.answer_claim(conversation_id=conv.id)

@@ -101,7 +101,10 @@ async def finish_orphaned_answers() -> int:
     ``error`` ``unavailable``, a remote answer's call gets its estimated ledger row (the dead
     process never wrote one), and the question is answered again unless an agent holds the
     conversation. Each orphan is finished once however many processes sweep (a conditional
-    update). Returns how many this call finished."""
+    update). The question is claimed again in the update that finishes the row, so a later
+    message of the conversation waiting for this answer's end (one answer at a time, issue 29)
+    is answered after the question's new answer and sees it. Returns how many this call
+    finished."""
     orphans = await database_sync_to_async(services.orphaned_answers)()
     finished = 0
     for orphan in orphans:

@@ -81,6 +81,15 @@ def rows(pg: str, conversation: str) -> list[tuple[int, str, str, int | None, bo
         ]
 
 
+def stored_answers(pg: str, conversation: str) -> list[tuple[str, str, bool, str]]:
+    """The conversation's bot rows in seq order: (the question it replies to, state, cut, text).
+    (Which seqs they took depends on when each row was written, not on the order of answers.)"""
+    stored = rows(pg, conversation)
+    questions = {seq: text for seq, role, _state, _reply, _cut, text in stored if role == "shopper"}
+    assert sorted(questions.values()) == sorted([Q1, Q2])
+    return [(questions[reply], state, cut, text) for _seq, role, state, reply, cut, text in stored if role == "bot"]
+
+
 def assert_in_order(prompt: list[tuple[str, str]], *texts: str) -> None:
     """Each of ``texts`` is in a message of ``prompt``, in this order."""
     at = -1
@@ -88,6 +97,16 @@ def assert_in_order(prompt: list[tuple[str, str]], *texts: str) -> None:
         found = [i for i, (_role, content) in enumerate(prompt) if text in content and i > at]
         assert found, f"{text!r} is not in the prompt after message {at}: {prompt}"
         at = found[0]
+
+
+async def ask_both(a: Any, b: Any) -> None:
+    """``Q1`` through socket ``a``, then ``Q2`` through ``b`` as soon as ``Q1`` is stored (its
+    acknowledgement: stored and claimed in one transaction), while its answer is being prepared:
+    the trial's two messages 50 ms apart, in an order a loaded machine cannot swap."""
+    await a.send(json.dumps({"type": "message", "client_id": "q-1", "text": Q1}))
+    while not ((f := await recv(a))["type"] == "message" and f.get("client_id") == "q-1"):
+        pass
+    await b.send(json.dumps({"type": "message", "client_id": "q-2", "text": Q2}))
 
 
 async def two_tabs(first: Any, second: Any) -> tuple[Any, Any, dict[str, Any]]:
@@ -118,9 +137,7 @@ async def test_two_messages_through_two_workers_are_answered_one_after_the_other
         second = live_kefu(env=env, faq_path=None)
         a, b, conv = await two_tabs(first, second)
         try:
-            await a.send(json.dumps({"type": "message", "client_id": "q-1", "text": Q1}))
-            await asyncio.sleep(0.05)  # the trial's 50 ms between the two messages (not a wait for a condition)
-            await b.send(json.dumps({"type": "message", "client_id": "q-2", "text": Q2}))
+            await ask_both(a, b)
             frames = await until_answered(a)
         finally:
             await a.close()
@@ -135,14 +152,10 @@ async def test_two_messages_through_two_workers_are_answered_one_after_the_other
     assert_in_order(prompt_of(upstream, Q2), Q1, answer_1, Q2)
     # The upstream wrote the second answer's first chunk after the first answer's last one.
     assert chunk_times(upstream, Q2)[0] > chunk_times(upstream, Q1)[-1]
-    stored = rows(pg_database, conv["id"])
-    assert [(r[1], r[2], r[3], r[4]) for r in stored] == [
-        ("shopper", "done", None, False),
-        ("shopper", "done", None, False),
-        ("bot", "done", 1, False),
-        ("bot", "done", 2, False),
+    assert stored_answers(pg_database, conv["id"]) == [
+        (Q1, "done", False, answer_1),
+        (Q2, "done", False, ends[1]["text"]),
     ]
-    assert [r[5] for r in stored[:2]] == [Q1, Q2] and stored[2][5] == answer_1
 
 
 async def test_a_message_waiting_for_a_killed_workers_answer_is_answered_after_it_was_answered_again(
@@ -163,9 +176,7 @@ async def test_a_message_waiting_for_a_killed_workers_answer_is_answered_after_i
         survivor = live_kefu(env=env, faq_path=None)
         a, b, conv = await two_tabs(doomed, survivor)
         try:
-            await a.send(json.dumps({"type": "message", "client_id": "q-1", "text": Q1}))
-            await asyncio.sleep(0.05)  # the trial's 50 ms between the two messages
-            await b.send(json.dumps({"type": "message", "client_id": "q-2", "text": Q2}))
+            await ask_both(a, b)
             got = ""
             while len(got) < 10:  # the first answer streams (seen through the other worker)
                 f = await recv(b)
@@ -188,11 +199,8 @@ async def test_a_message_waiting_for_a_killed_workers_answer_is_answered_after_i
     # The waiting message was answered only after its question was answered again, and saw it.
     assert chunk_times(upstream, Q2)[0] > chunk_times(upstream, Q1)[-1]
     assert_in_order(prompt_of(upstream, Q2), Q1, again["text"], Q2)
-    stored = rows(pg_database, conv["id"])
-    assert [(r[1], r[2], r[3], r[4]) for r in stored] == [
-        ("shopper", "done", None, False),
-        ("shopper", "done", None, False),
-        ("bot", "done", 1, True),
-        ("bot", "done", 1, False),
-        ("bot", "done", 2, False),
+    assert stored_answers(pg_database, conv["id"]) == [
+        (Q1, "done", True, ends[0]["text"]),
+        (Q1, "done", False, again["text"]),
+        (Q2, "done", False, second["text"]),
     ]

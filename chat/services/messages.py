@@ -125,11 +125,11 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
     to claim), not three ORM queries: this runs after every answer. The first reads the message
     and the ``answered_seq`` it follows in one join, and whether another answer of the
     conversation is in flight; the second moves ``answered_seq`` only if it and ``last_seq`` are
-    still those values and still no answer is in flight (``UPDATE ... RETURNING``, SQLite >=
-    3.35, PostgreSQL), else the loop reads again. (``last_seq`` is in the compare because every
-    answer row takes a seq: on PostgreSQL an UPDATE that waited for the row lock re-checks the
-    row's own columns, not the NOT EXISTS over the messages, so an answer row written while it
-    waited is caught by the seq it took.) The conversation returned carries ``id``, ``status``,
+    still those values and no claim holds (``UPDATE ... RETURNING``, SQLite >= 3.35,
+    PostgreSQL), else the loop reads again. The ``last_seq`` compare stands for the streaming
+    test in the UPDATE: every answer row takes a seq, so one written since the read moved it
+    (and on PostgreSQL an UPDATE that waited for the row lock re-checks the row's own columns,
+    not a NOT EXISTS over the messages). The conversation returned carries ``id``, ``status``,
     ``locale``, ``answered_seq``, ``last_seq``, ``customer_id`` and ``address_key`` (what
     answering reads), as ``message_receive``'s claim does.
 
@@ -159,7 +159,7 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {conv_table} SET answered_seq = %s, claim_until = %s "
-                f"WHERE id = %s AND answered_seq = %s AND last_seq = %s AND {_no_answer_in_flight(conv_table, msg_table)} "
+                "WHERE id = %s AND answered_seq = %s AND last_seq = %s AND claim_until IS NULL "
                 "RETURNING status, locale, last_seq, customer_id, address_key",
                 [msg.seq, _claim_deadline_db(), pk, msg.claimed_after, msg.last_seq_then],  # type: ignore[attr-defined]
             )

@@ -5,6 +5,17 @@ conversation (per process) drains the unanswered messages; each is claimed with 
 compare-and-set (``services.answer_claim``) so that two workers never answer the same message.
 A message sent while an answer streams is stored at once and answered after it.
 
+One answer at a time per conversation, across workers (issue 29): a message is claimed only
+while no other answer of its conversation is in flight (claimed, or its row streaming), a
+condition of the claim's own statement (``services.answer_claim``, ``message_receive``). A
+message sent through another worker while an answer streams waits for that answer's end
+(``AnswerInFlight``): its loop asks again after 50 ms, doubling to at most 500 ms
+(:data:`TURN_WAITS_S`), and at once when this process sees the other answer's ``stream.end``
+(its socket of the conversation gets it from the channel layer: :func:`answer_ended`). So its
+prompt has the answer before it. When the worker that had the answer in flight is killed, its
+lease or claim runs out (``KEFU_ANSWER_LEASE_S``) and a sweep (``chat.sweeper``) finishes it and
+answers its question again first; the waiting message is answered after that.
+
 Burst debounce: a shopper who goes on typing (``typing`` frames) after a message whose remote
 answer has not shown any text yet is typing the rest of the question. That answer is dropped
 (stored empty, cut and ``superseded``; its abandoned call is in the ledger), the loop waits until
@@ -53,6 +64,36 @@ _claimed: dict[uuid.UUID, list[tuple[Message, Conversation]]] = {}
 # the process that stored it (nothing older waited) or kicked this loop (``_pending``). The loop
 # then ends without asking the database for more (``_drain``).
 _nothing_between: set[uuid.UUID] = set()
+
+
+# Conversations whose loop waits for another answer in flight to end (issue 29): set when this
+# process sees an answer of the conversation end (answer_ended), which cuts the wait short.
+_turn_ended: dict[uuid.UUID, asyncio.Event] = {}
+
+#: The waits between two claims of a message while another answer of its conversation is in
+#: flight, seconds: 50 ms doubling to 500 ms, then 500 ms until it ends (issue 29's design: a
+#: poll the database bears, the channel-layer wake-up being the fast path).
+TURN_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.5)
+
+
+def answer_ended(conversation_id: uuid.UUID) -> None:
+    """An answer of the conversation ended (its ``stream.end`` was sent or received, in this
+    process or through the channel layer from another): a loop of this process waiting for its
+    turn asks for its claim at once. Cheap and idempotent (a dict lookup)."""
+    event = _turn_ended.get(conversation_id)
+    if event is not None:
+        event.set()
+
+
+async def _wait_turn(conversation_id: uuid.UUID, attempt: int) -> bool:
+    """Wait before claiming again: :data:`TURN_WAITS_S` ``[attempt]`` (the last one after it),
+    or less when :func:`answer_ended` is called meanwhile. True when woken by an answer's end."""
+    event = _turn_ended.setdefault(conversation_id, asyncio.Event())
+    try:
+        await asyncio.wait_for(event.wait(), TURN_WAITS_S[min(attempt, len(TURN_WAITS_S) - 1)])
+    except TimeoutError:
+        return False
+    return True
 
 
 # Ids of the bot answers this process is streaming now (their rows are ``streaming``).
@@ -167,6 +208,7 @@ def kick(conversation_id: uuid.UUID) -> None:
 
 
 async def _drain(conversation_id: uuid.UUID) -> None:
+    waits = 0  # claims refused in a row because another answer was in flight
     try:
         while True:
             _pending.discard(conversation_id)
@@ -177,7 +219,19 @@ async def _drain(conversation_id: uuid.UUID) -> None:
                 if not queue:
                     del _claimed[conversation_id]
             else:
-                claimed = await database_sync_to_async(services.answer_claim)(conversation_id=conversation_id)
+                turn = _turn_ended.get(conversation_id)
+                if turn is not None:
+                    turn.clear()  # an end seen from here on wakes the next wait
+                try:
+                    claimed = await database_sync_to_async(services.answer_claim)(conversation_id=conversation_id)
+                except errors.AnswerInFlight:
+                    # Another answer of the conversation is in flight (another worker's, or a sweep's
+                    # answer again): wait for its end, then ask again (module docstring, issue 29).
+                    woken = await _wait_turn(conversation_id, waits)
+                    waits = 0 if woken else waits + 1
+                    continue
+                _turn_ended.pop(conversation_id, None)
+                waits = 0
             if claimed is None:
                 if conversation_id in _pending or _claimed.get(conversation_id):
                     continue
@@ -203,6 +257,7 @@ async def _drain(conversation_id: uuid.UUID) -> None:
                 )
     finally:
         _nothing_between.discard(conversation_id)
+        _turn_ended.pop(conversation_id, None)
         if _running.get(conversation_id) is asyncio.current_task():
             del _running[conversation_id]
 
@@ -524,6 +579,7 @@ async def answer_message(
     bot = stored
     await streams.end(bot.pk)
     await events.publish(cid, events.stream_end_frame(bot))
+    answer_ended(cid)
     if dropped:
         return True  # the shopper is typing the rest: the caller answers all the fragments
     if fenced:
@@ -568,6 +624,7 @@ async def _answer_fixed(conversation: Conversation, message: Message, answer: ro
     if bot.seq == message.seq + 1:
         _nothing_between.add(cid)
     await events.publish_answer(cid, bot, epoch=epoch)
+    answer_ended(cid)
     await _answered(conversation, message, answer, cut=False)
     return False
 

@@ -41,6 +41,14 @@ class AgentHolds(ChatError):
     code = "agent_holds"
 
 
+class AnswerInFlight(ChatError):
+    """Another answer of the conversation is in flight (claimed, or its row still streaming), in
+    this process or another: the next message waits for it (``services.answer_claim``; issue 29,
+    one answer at a time per conversation). Never shown to the shopper."""
+
+    code = "answer_in_flight"
+
+
 class NotOwner(ChatError):
     """The conversation is not held by this agent. ``owner`` is the display name of the agent
     who holds it ("" when nobody does); ``status`` is the conversation's status."""

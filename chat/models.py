@@ -187,6 +187,12 @@ class Message(models.Model):
             models.Index(
                 fields=["created_at"], condition=models.Q(state="streaming"), name="message_streaming_created"
             ),
+            # A shopper message is claimed only while no answer of its conversation streams (one
+            # answer at a time per conversation, issue 29: services.messages): the claim's NOT
+            # EXISTS looks up this conversation's streaming rows, a handful at most.
+            models.Index(
+                fields=["conversation"], condition=models.Q(state="streaming"), name="message_streaming_conversation"
+            ),
             # Ops reads the answers and shopper messages of a time range (ops.cells.raw_cells: the
             # hours not rolled up yet, and each rollup run), which without it scans every message.
             models.Index(fields=["role", "created_at"], name="message_role_created"),

@@ -34,10 +34,24 @@ def messages_page(
     return page, more
 
 
+def _turn_order(message: Message) -> tuple[int, int, int]:
+    """Where a message belongs in a prompt: a bot answer right after the question it replies to
+    (``reply_to_seq``), whatever seq it took, else at its seq."""
+    if message.role == "bot" and message.reply_to_seq is not None:
+        return (message.reply_to_seq, 1, message.seq)
+    return (message.seq, 0, message.seq)
+
+
 def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: int, after_seq: int = 0) -> list[Message]:
     """The last ``turns`` turns (a turn = a shopper message and the answers after it) before
     ``before_seq`` and after ``after_seq`` (the session's start), oldest first, finished messages
-    only, system messages excluded."""
+    only, system messages excluded. One query.
+
+    A bot answer to a question before ``before_seq`` is in it even when its row took a later seq
+    (the message at ``before_seq`` was stored while the answer was being prepared), and it is
+    placed after its question (issue 29: the second of two messages sent 50 ms apart waits for the
+    first answer, and its prompt reads question 1, answer 1, question 2). An answer to
+    ``before_seq`` or a later message never is."""
     rows, _ = _recent_turns(conversation_id=conversation_id, before_seq=before_seq, turns=turns, after_seq=after_seq)
     return rows
 
@@ -45,25 +59,25 @@ def history_for_prompt(*, conversation_id: uuid.UUID, before_seq: int, turns: in
 def _recent_turns(
     *, conversation_id: uuid.UUID, before_seq: int, turns: int, after_seq: int
 ) -> tuple[list[Message], int | None]:
-    """:func:`history_for_prompt`'s rows (one query, a turn's worth of rows more than it keeps),
-    and the seq of the newest finished message older than them (None: there is none; -1: the
-    query's limit hid whether there is)."""
+    """:func:`history_for_prompt`'s rows (one query, a turn's worth of rows more than it keeps,
+    each bot answer placed after its question: ``_turn_order``), and the seq of the newest
+    finished message older than them (None: there is none; -1: the query's limit hid whether
+    there is)."""
     limit = turns * 4 + 4
     read = list(
-        Message.objects.filter(
-            conversation_id=conversation_id, seq__lt=before_seq, seq__gt=after_seq, state=MessageState.DONE
-        )
+        Message.objects.filter(conversation_id=conversation_id, seq__gt=after_seq, state=MessageState.DONE)
+        .filter(Q(seq__lt=before_seq) | Q(role="bot", reply_to_seq__lt=before_seq))
         .exclude(role="system")
         .order_by("-seq")[:limit]
     )
-    read.reverse()
+    read.sort(key=_turn_order)
     rows = read[max(0, len(read) - turns * 4) :] if turns > 0 else []
     shopper_idx = [i for i, m in enumerate(rows) if m.role == "shopper"]
     if len(shopper_idx) > turns:
         rows = rows[shopper_idx[-turns] :]
     older = read[: len(read) - len(rows)]
     if older:
-        return rows, older[-1].seq
+        return rows, max(m.seq for m in older)
     return rows, (-1 if len(read) == limit else None)
 
 

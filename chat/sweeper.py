@@ -101,13 +101,17 @@ async def finish_orphaned_answers() -> int:
     ``error`` ``unavailable``, a remote answer's call gets its estimated ledger row (the dead
     process never wrote one), and the question is answered again unless an agent holds the
     conversation. Each orphan is finished once however many processes sweep (a conditional
-    update). Returns how many this call finished."""
+    update). The question is claimed again in the update that finishes the row, so a later
+    message of the conversation waiting for this answer's end (one answer at a time, issue 29)
+    is answered after the question's new answer and sees it. Returns how many this call
+    finished."""
     orphans = await database_sync_to_async(services.orphaned_answers)()
     finished = 0
     for orphan in orphans:
         live = await streams.get(orphan.answer.pk)
+        again = orphan.question is not None and orphan.conversation.status != ConversationStatus.AGENT
         row = await database_sync_to_async(services.orphan_finish)(
-            message_id=orphan.answer.pk, text=live.text if live is not None else ""
+            message_id=orphan.answer.pk, text=live.text if live is not None else "", answer_again=again
         )
         if row is None:
             continue  # another process finished it
@@ -130,7 +134,7 @@ async def finish_orphaned_answers() -> int:
         await events.publish(conversation.pk, events.stream_end_frame(row))
         text = INTERRUPTED.get(conversation.locale, INTERRUPTED["en"])
         await events.publish(conversation.pk, {"type": "error", "code": "unavailable", "message": text})
-        if orphan.question is not None and conversation.status != ConversationStatus.AGENT:
+        if again and orphan.question is not None:
             answering.answer_as_one(messages=[orphan.question], conversation=conversation)
     return finished
 

@@ -478,6 +478,10 @@ class ShopperConsumer(FrameSocket):
             frame = {**frame, "pos": pos}
             self.stream_sent[frame["id"]] = pos + len(frame["text"])
         elif kind == "stream.end":
+            # An answer of this conversation ended, maybe on another worker: a message of it that
+            # this process stored and holds back until then is claimed at once (issue 29).
+            if self.conversation_id is not None:
+                answering.answer_ended(self.conversation_id)
             if frame["id"] in self.sent_ids:
                 return
             if frame["id"] not in self.stream_sent:

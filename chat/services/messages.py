@@ -19,7 +19,7 @@ from django.utils import timezone
 from lib.search_terms import index_terms
 from routing.types import AnswerRecord
 
-from ..errors import AgentHolds, InvalidFeedback
+from ..errors import AgentHolds, AnswerInFlight, InvalidFeedback
 from ..models import Conversation, ConversationStatus, Message, MessageState, Role
 from .conversations import next_seq
 
@@ -33,19 +33,38 @@ def _claim_deadline_db() -> Any:
     return connection.ops.adapt_datetimefield_value(_claim_deadline())
 
 
+def _no_answer_in_flight(conv: str, msg: str) -> str:
+    """The SQL condition, on conversation row ``c`` (alias or table name ``conv``), that no answer
+    of the conversation is in flight: no claim holds (``claim_until`` null: a claim ends when its
+    answer's row is written, or a sweep takes it over when its process died) and no answer row
+    is still ``streaming`` (its lease runs out and a sweep finishes it when its process died).
+    Issue 29: one answer at a time per conversation, across workers, so the next prompt sees the
+    answer before it. The state is a literal so PostgreSQL plans the partial index
+    ``message_streaming_conversation`` for it."""
+    return (
+        f"{conv}.claim_until IS NULL AND NOT EXISTS (SELECT 1 FROM {msg} s WHERE s.conversation_id = {conv}.id "
+        f"AND s.state = '{MessageState.STREAMING.value}')"
+    )
+
+
 def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: int) -> bool:
     """Inside ``message_receive``'s transaction: claim ``seq`` for answering (``answered_seq =
-    seq``) unless an older shopper message (after ``answered_seq``) still waits; True if claimed.
-    One statement in SQL, not an EXISTS then an UPDATE through the ORM: this is on the path to
-    the first token of every message, and building the two ORM queries cost more than running
-    them (profiled)."""
+    seq``) unless an older shopper message (after ``answered_seq``) still waits or another answer
+    of the conversation is in flight (:func:`_no_answer_in_flight`); True if claimed. One
+    statement in SQL, not an EXISTS then an UPDATE through the ORM: this is on the path to the
+    first token of every message, and building the two ORM queries cost more than running them
+    (profiled). The in-flight test adds no statement: it is two more conditions of this one
+    (bench/answer_in_flight.py measures what they cost). The transaction already holds the
+    conversation's row lock (``next_seq``), so no answer row can appear between the test and the
+    claim."""
     conv = connection.ops.quote_name(Conversation._meta.db_table)
     msg = connection.ops.quote_name(Message._meta.db_table)
     pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {conv} SET answered_seq = %s, claim_until = %s WHERE id = %s AND NOT EXISTS ("
-            f"SELECT 1 FROM {msg} WHERE conversation_id = %s AND role = %s AND seq > %s AND seq < %s)",
+            f"SELECT 1 FROM {msg} WHERE conversation_id = %s AND role = %s AND seq > %s AND seq < %s) "
+            f"AND {_no_answer_in_flight(conv, msg)}",
             [seq, _claim_deadline_db(), pk, pk, Role.SHOPPER.value, answered_seq, seq],
         )
         return cursor.rowcount == 1
@@ -110,11 +129,19 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
     The claim is a compare-and-set on ``Conversation.answered_seq``, so two answering loops (in
     two workers) never answer the same message. Two statements in SQL (one when there is nothing
     to claim), not three ORM queries: this runs after every answer. The first reads the message
-    and the ``answered_seq`` it follows in one join; the second moves ``answered_seq`` only if it
-    is still that value (``UPDATE ... RETURNING``, SQLite >= 3.35, PostgreSQL), else the loop
-    reads again. The conversation returned carries ``id``, ``status``, ``locale``,
-    ``answered_seq``, ``last_seq``, ``customer_id`` and ``address_key`` (what answering reads),
-    as ``message_receive``'s claim does.
+    and the ``answered_seq`` it follows in one join, and whether another answer of the
+    conversation is in flight; the second moves ``answered_seq`` only if it and ``last_seq`` are
+    still those values and no claim holds (``UPDATE ... RETURNING``, SQLite >= 3.35,
+    PostgreSQL), else the loop reads again. The ``last_seq`` compare stands for the streaming
+    test in the UPDATE: every answer row takes a seq, so one written since the read moved it
+    (and on PostgreSQL an UPDATE that waited for the row lock re-checks the row's own columns,
+    not a NOT EXISTS over the messages). The conversation returned carries ``id``, ``status``,
+    ``locale``, ``answered_seq``, ``last_seq``, ``customer_id`` and ``address_key`` (what
+    answering reads), as ``message_receive``'s claim does.
+
+    Raises ``AnswerInFlight`` when a message waits but another answer of the conversation is in
+    flight (claimed, or its row still streaming; issue 29): the caller waits for it to end and
+    asks again (``chat.answering``).
     """
     conv_table = connection.ops.quote_name(Conversation._meta.db_table)
     msg_table = connection.ops.quote_name(Message._meta.db_table)
@@ -123,8 +150,9 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
     while True:
         rows = list(
             Message.objects.raw(
-                f"SELECT {columns}, c.answered_seq AS claimed_after FROM {conv_table} c "
-                f"JOIN {msg_table} m ON m.conversation_id = c.id "
+                f"SELECT {columns}, c.answered_seq AS claimed_after, c.last_seq AS last_seq_then, "
+                f"CASE WHEN {_no_answer_in_flight('c', msg_table)} THEN 0 ELSE 1 END AS in_flight "
+                f"FROM {conv_table} c JOIN {msg_table} m ON m.conversation_id = c.id "
                 "WHERE c.id = %s AND m.role = %s AND m.seq > c.answered_seq ORDER BY m.seq LIMIT 1",
                 [pk, Role.SHOPPER.value],
             )
@@ -132,11 +160,14 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
         if not rows:
             return None
         msg = rows[0]
+        if msg.in_flight:  # type: ignore[attr-defined]
+            raise AnswerInFlight(str(conversation_id))
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {conv_table} SET answered_seq = %s, claim_until = %s WHERE id = %s AND answered_seq = %s "
+                f"UPDATE {conv_table} SET answered_seq = %s, claim_until = %s "
+                "WHERE id = %s AND answered_seq = %s AND last_seq = %s AND claim_until IS NULL "
                 "RETURNING status, locale, last_seq, customer_id, address_key",
-                [msg.seq, _claim_deadline_db(), pk, msg.claimed_after],  # type: ignore[attr-defined]
+                [msg.seq, _claim_deadline_db(), pk, msg.claimed_after, msg.last_seq_then],  # type: ignore[attr-defined]
             )
             won = cursor.fetchone()
         if won is not None:
@@ -234,8 +265,13 @@ def orphaned_claims() -> list[OrphanClaim]:
 
 def orphan_claim_take(*, conversation_id: uuid.UUID, claim_until: datetime) -> bool:
     """Take an orphaned claim for answering (a conditional update: of several sweeping processes
-    exactly one gets True)."""
-    return bool(Conversation.objects.filter(pk=conversation_id, claim_until=claim_until).update(claim_until=None))
+    exactly one gets True). The claim is renewed for the taker (``KEFU_ANSWER_LEASE_S`` from now),
+    not dropped: until the question's answer row is written, no later message of the
+    conversation is claimed before it (one answer at a time, issue 29), and if the taker dies too,
+    the next sweep takes it again."""
+    return bool(
+        Conversation.objects.filter(pk=conversation_id, claim_until=claim_until).update(claim_until=_claim_deadline())
+    )
 
 
 def answer_lease_renew(*, message_id: int) -> bool:
@@ -448,11 +484,24 @@ def orphaned_answers() -> list[Orphan]:
     return out
 
 
-def orphan_finish(*, message_id: int, text: str) -> Message | None:
+def orphan_finish(*, message_id: int, text: str, answer_again: bool = False) -> Message | None:
     """Finish an orphaned answer as cut with ``text`` (what the shopper had of it, "" when
     nothing is left): the row, or None when another process finished it first (a conditional
-    update on ``state``)."""
-    done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
-        text=text, search_terms=index_terms(text), cut=True, state=MessageState.DONE, lease_until=None
-    )
-    return Message.objects.get(pk=message_id) if done else None
+    update on ``state``).
+
+    ``answer_again``: the caller answers its question again; in the same transaction the
+    question is claimed for it (``claim_until``, ``KEFU_ANSWER_LEASE_S`` from now, when
+    ``answered_seq`` is still that question), so a later message waiting for this answer to end
+    (issue 29, one answer at a time) is not answered before the question is answered again."""
+    with transaction.atomic():
+        done = Message.objects.filter(pk=message_id, state=MessageState.STREAMING).update(
+            text=text, search_terms=index_terms(text), cut=True, state=MessageState.DONE, lease_until=None
+        )
+        if not done:
+            return None
+        row = Message.objects.get(pk=message_id)
+        if answer_again and row.reply_to_seq is not None:
+            Conversation.objects.filter(pk=row.conversation_id, answered_seq=row.reply_to_seq).exclude(
+                status=ConversationStatus.AGENT
+            ).update(claim_until=_claim_deadline())
+    return row

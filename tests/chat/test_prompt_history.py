@@ -30,7 +30,7 @@ def conversation(*rows: tuple[int, str, str, int | None, str]) -> Conversation:
 
 
 def history(conv: Conversation, before_seq: int, turns: int = 6) -> list[tuple[str, str]]:
-    rows, _summary = selectors.prompt_history(conversation_id=conv.pk, before_seq=before_seq, turns=turns)
+    rows, _summary, _older = selectors.prompt_history(conversation_id=conv.pk, before_seq=before_seq, turns=turns)
     return [(m.role, m.text) for m in rows]
 
 

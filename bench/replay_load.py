@@ -3,8 +3,8 @@ answers fast?
 
 Run from the repository root::
 
-    git archive <old rev> | tar -x -C /tmp/kefu-old      # the code before, to compare with
-    .venv/bin/python bench/replay_load.py --baseline /tmp/kefu-old [--messages 20000] [--sockets 8] [--seconds 40]
+    git archive <old rev> | tar -x -C <old-tree>      # the code before, to compare with
+    .venv/bin/python bench/replay_load.py --baseline <old-tree> [--messages 20000] [--sockets 8] [--seconds 40]
 
 What it does, for the ``--baseline`` tree (when given) and then for this one, one after the other
 with the same settings and this virtual environment:

@@ -4,20 +4,23 @@ A complaint is a thumbs-down of a bot answer (the ``feedback`` frame) or a messa
 the answer missed the question ("that's not what I asked", :func:`says_missed`, in every language
 of the default ``KEFU_LANGUAGES``). Chat stores the question complained about on the conversation
 (``Conversation.complaint_*``, read with the answering claim: no extra query) and hands it to the
-router in the :class:`~routing.types.Question`. A new question within :data:`TURNS` turns whose
-embedding's cosine with it is at least :data:`SIMILARITY` is the shopper asking again: a person
-answers (:func:`asked_again`).
+router in the :class:`~routing.types.Question`. A new question within :data:`TURNS` turns that
+asks it again goes to a person (:func:`asked_again`): the same FAQ intent when the FAQ model
+accepts both questions (another intent: not a repeat), else an embedding cosine of at least
+:data:`SIMILARITY` between the two.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import unicodedata
 
 import numpy as np
 
 from cache_layer.embeddings import embed_async
-from routing.faq.model import normalise_text
+from routing.faq.model import FaqMatch, normalise_text
+from routing.faq.registry import registry
 from routing.types import ROUTING_MAX_CHARS, Question
 
 #: A complaint holds for this many turns (a turn: a shopper message and its answer, two seqs) after
@@ -166,19 +169,51 @@ def _within(question: Question) -> bool:
     )
 
 
-async def asked_again(question: Question, vector: np.ndarray | None) -> str | None:
+def same_question(
+    vector: np.ndarray | None,
+    old_vector: np.ndarray | None,
+    match: FaqMatch | None,
+    old_match: FaqMatch | None,
+    *,
+    similarity: float = SIMILARITY,
+) -> bool:
+    """Whether a new question asks an old one again. When the FAQ model judged both (``match``,
+    ``old_match``: neither None): both accepted, whether they have the same intent; one accepted
+    and not the other, no. Otherwise (neither accepted, or a language the FAQ lacks) whether their
+    unit embeddings (``(dim,)``) have a cosine of at least ``similarity`` (:data:`SIMILARITY`;
+    False when either is None). Pure. The rule was chosen on the tune half of
+    bench/data/repeat_pairs.jsonl (bench/README.md)."""
+    if match is not None and old_match is not None:
+        if match.accepted and old_match.accepted:
+            return match.intent == old_match.intent
+        if match.accepted != old_match.accepted:
+            return False
+    if vector is None or old_vector is None:
+        return False
+    return float(np.dot(old_vector, vector)) >= similarity
+
+
+async def asked_again(
+    question: Question, vector: np.ndarray | None, match: FaqMatch | None = None, locale: str = "en"
+) -> str | None:
     """The handoff reason when ``question`` asks again the question its conversation complained
-    about (``Question.complaint_*``) within :data:`TURNS` turns of the complaint: its embedding
-    ``vector`` (unit, ``(dim,)``, as ``routing.decide.classify`` computes it) has a cosine of at
-    least :data:`SIMILARITY` with the complained-about question's. None otherwise, and at once
-    (no embedding) when there is no complaint in reach. Raises what the embedder raises."""
-    if vector is None or not _within(question):
+    about (``Question.complaint_*``) within :data:`TURNS` turns of the complaint
+    (:func:`same_question`, with ``vector``: its unit embedding ``(dim,)`` and ``match``: its FAQ
+    match in ``locale``, as ``routing.decide.classify`` computed them). None otherwise, and at once
+    (nothing embedded or matched) when there is no complaint in reach. Raises what the embedder
+    raises."""
+    if not _within(question):
         return None
-    norm = normalise_text(question.complaint_question[:ROUTING_MAX_CHARS])
+    old = question.complaint_question[:ROUTING_MAX_CHARS]
+    norm = normalise_text(old)
     if not norm:
         return None
-    old = (await embed_async([norm]))[0]
-    if float(np.dot(old, vector)) < SIMILARITY:
+    old_vector = (await embed_async([norm]))[0]
+    old_match = None
+    snapshot = registry.snapshot
+    if match is not None and snapshot.model is not None:
+        old_match = await asyncio.to_thread(snapshot.model.match, old, locale=locale)
+    if not same_question(vector, old_vector, match, old_match):
         return None
     if question.complaint_kind == "down":
         return "asked again after a thumbs-down"

@@ -10,7 +10,8 @@ Order of checks (docs/routing.md):
    a "yes"/"no" to a change the bot offered) -> ``action`` (``routing.orders.tasks``); a bare
    "yes"/"no" with nothing pending -> ``decline`` (kefu's own reply), or, when the last bot answer
    was a remote model's question, that route with its history;
-1c. the question complained about asked again (embedding cosine >= ``repeat.SIMILARITY``) within
+1c. the question complained about asked again (the same FAQ intent, or else an embedding cosine
+   >= ``repeat.SIMILARITY``) within
    ``repeat.TURNS`` turns of the complaint -> ``handoff`` ("asked again after a thumbs-down");
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
@@ -119,7 +120,11 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         classified = await asyncio.to_thread(follow_up_classified, text, locale, route=follow_up)
     # The question complained about (a thumbs-down, a "that's not what I asked") asked again
     # within a few turns: a person answers. Nothing is computed without a complaint in reach.
-    again = await repeat.asked_again(question, classified.vector) if store_actions and not follow_up else None
+    again = (
+        await repeat.asked_again(question, classified.vector, classified.match, locale)
+        if store_actions and not follow_up
+        else None
+    )
     if again is not None:
         return handoff_decision(locale=locale, reason=again)
     match, verdict = classified.match, classified.verdict

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from channels.db import database_sync_to_async
 
-from chat.models import Conversation
+from chat.models import Conversation, Message
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -32,9 +32,10 @@ async def ask(shopper, text: str) -> dict:
 
 async def thumbs_down(shopper, answer: dict) -> None:
     await shopper.send({"type": "feedback", "message_id": answer["id"], "rating": "down"})
-    # No reply on success: wait (up to 20 s) until the complaint is stored.
+    # No reply on success: wait (up to 20 s) until the rating is stored.
+    rating = database_sync_to_async(lambda: Message.objects.get(pk=answer["id"]).rating)
     deadline = time.monotonic() + 20
-    while not (await conversation(shopper)).complaint_at_seq:
+    while await rating() != "down":
         assert time.monotonic() < deadline, "the thumbs-down was not stored"
         await asyncio.sleep(0.02)
 

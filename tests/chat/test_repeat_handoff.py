@@ -54,6 +54,8 @@ async def test_a_reworded_question_after_a_thumbs_down_goes_to_a_person(make_cli
     conv = await conversation(shopper)
     assert conv.status == "waiting_agent"
     assert conv.handoff_reason == "asked again after a thumbs-down"
+    assert conv.handoff_packet["rule"] == "asked_again"
+    assert conv.handoff_packet["shopper_request"]["text"] == REWORDED
 
 
 @pytest.mark.parametrize(

@@ -162,7 +162,10 @@ def missed_reply(locale: str) -> str:
     return REPLIES.get(locale, REPLIES["en"])
 
 
-def _within(question: Question) -> bool:
+def complaint_in_reach(question: Question) -> bool:
+    """Whether ``question`` comes within :data:`TURNS` turns of its conversation's complaint
+    (``Question.complaint_*``), in the same session: the shopper's next ``TURNS`` messages after it
+    (a turn is a shopper message and its answer, two seqs). Pure."""
     at = question.complaint_at_seq
     return bool(
         at and question.complaint_question and at >= question.session_from_seq and 0 < question.seq - at < 2 * TURNS
@@ -202,7 +205,7 @@ async def asked_again(
     match in ``locale``, as ``routing.decide.classify`` computed them). None otherwise, and at once
     (nothing embedded or matched) when there is no complaint in reach. Raises what the embedder
     raises."""
-    if not _within(question):
+    if not complaint_in_reach(question):
         return None
     old = question.complaint_question[:ROUTING_MAX_CHARS]
     norm = normalise_text(old)

@@ -103,7 +103,9 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
             locale=locale,
             text=repeat.missed_reply(locale),
             reason="shopper said the answer missed the question",
-            complaint=True,
+            # Said again while a complaint holds: the question complained about stays the same
+            # (the message before this one may be the first "that's not what I asked").
+            complaint=not repeat.complaint_in_reach(question),
         )
     rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
     asks_for_person = wants_human(text, locale) or (rule is not None and rule.action == HANDOFF)

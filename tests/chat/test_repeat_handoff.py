@@ -120,3 +120,13 @@ async def test_the_question_again_beyond_three_turns_is_answered(make_client, fa
     end = await ask(shopper, REWORDED)
     assert end["route"] == "faq" and end["text"].startswith("Orders ship within 1 business day")
     assert (await conversation(shopper)).status == "bot"
+
+
+async def test_saying_it_twice_keeps_the_question_complained_about(make_client, faq):
+    shopper = await make_client()
+    await shopper.hello()
+    await ask(shopper, QUESTION)
+    assert (await ask(shopper, "that's not what I asked"))["route"] == "decline"
+    assert (await ask(shopper, "No. That is not what I asked."))["route"] == "decline"
+    assert (await conversation(shopper)).complaint_question == QUESTION
+    assert (await ask(shopper, REWORDED))["route"] == "handoff"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from routing.decide.repeat import MISSED, REPLIES, TURNS, _within, same_question, says_missed
+from routing.decide.repeat import MISSED, REPLIES, TURNS, complaint_in_reach, same_question, says_missed
 from routing.faq.model import FaqMatch
 from routing.types import Question
 
@@ -64,9 +64,9 @@ def question(seq: int, *, at: int = 4, session_from: int = 0) -> Question:
 def test_a_complaint_holds_for_the_next_three_shopper_messages():
     # Complained at seq 4 (the rated answer); the shopper's next messages are 5, 7, 9, 11.
     assert TURNS == 3
-    assert [_within(question(seq)) for seq in (5, 7, 9, 11)] == [True, True, True, False]
-    assert not _within(question(5, at=0))  # no complaint
-    assert not _within(question(5, session_from=4 + 1))  # made in an earlier session
+    assert [complaint_in_reach(question(seq)) for seq in (5, 7, 9, 11)] == [True, True, True, False]
+    assert not complaint_in_reach(question(5, at=0))  # no complaint
+    assert not complaint_in_reach(question(5, session_from=4 + 1))  # made in an earlier session
 
 
 def match(intent: str | None, accepted: bool = True) -> FaqMatch:

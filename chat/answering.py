@@ -306,6 +306,9 @@ def question_of(message: Message, conversation: Conversation) -> Question:
         customer_id=conversation.customer_id,
         address_key=conversation.address_key,
         session_from_seq=conversation.session_from_seq,
+        complaint_at_seq=conversation.complaint_at_seq,
+        complaint_kind=conversation.complaint_kind,
+        complaint_question=conversation.complaint_question,
     )
 
 
@@ -623,6 +626,12 @@ async def _answer_fixed(conversation: Conversation, message: Message, answer: ro
         return False
     if bot.seq == message.seq + 1:
         _nothing_between.add(cid)
+    if answer.complaint:
+        # "That's not what I asked": the question before it is the conversation's complaint
+        # (routing.decide.repeat), stored before the answer is shown so the next question sees it.
+        await database_sync_to_async(services.complaint_record)(
+            conversation_id=cid, before_seq=message.seq, kind="phrase"
+        )
     await events.publish_answer(cid, bot, epoch=epoch)
     answer_ended(cid)
     await _answered(conversation, message, answer, cut=False)

@@ -5,7 +5,7 @@ Packet shape (stored in ``Conversation.handoff_packet``, sent in the console's `
 ``history`` frames)::
 
     {
-      "rule": "asked_for_person" | "no_answer" | "remote_failed" | "bot_handoff",
+      "rule": "asked_for_person" | "no_answer" | "remote_failed" | "asked_again" | "bot_handoff",
       "via": "button",            # only when the shopper pressed "talk to a person" (ask_person)
       "reason": str,              # the router's own words (Decision.reason)
       "route": str,               # route of the answer that escalated (handoff, or faq when the
@@ -59,6 +59,8 @@ def rule_of(*, text: str, route: str, reason: str) -> str:
         return "asked_for_person"
     if reason.startswith("remote model failed"):
         return "remote_failed"
+    if reason.startswith("asked again after"):  # routing.decide.repeat
+        return "asked_again"
     if route == "handoff":
         return "no_answer"
     return "bot_handoff"

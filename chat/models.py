@@ -96,6 +96,14 @@ class Conversation(models.Model):
     # the follow-up context, the summary and the handoff packet see only the current session
     # (services.conversations.next_seq); the transcript keeps everything.
     session_from_seq = models.PositiveIntegerField(default=0)
+    # The shopper's last complaint about an answer (routing.decide.repeat): a thumbs-down
+    # (``complaint_kind`` "down") or a "that's not what I asked" ("phrase"). ``complaint_at_seq``:
+    # the conversation's last seq when it was made (0: none); ``complaint_question``: the question
+    # the missed answer replied to. The same question asked again within
+    # ``KEFU_REPEAT_TURNS`` turns hands off. Read with the answering claim (no extra query).
+    complaint_at_seq = models.PositiveIntegerField(default=0)
+    complaint_kind = models.CharField(max_length=8, blank=True)
+    complaint_question = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

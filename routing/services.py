@@ -173,6 +173,13 @@ class Answer:
         return self._decision.queue_for_agent or self._decision.route == "handoff"
 
     @property
+    def complaint(self) -> bool:
+        """Whether the question only says the last answer missed it ("that's not what I asked",
+        ``routing.decide.repeat``): Chat then stores the question before it as the conversation's
+        complaint, so the same question asked again soon goes to a person."""
+        return self._decision.complaint
+
+    @property
     def remote(self) -> bool:
         """Whether the answer was opened on a remote model (its request is already on its way)."""
         return self._remote

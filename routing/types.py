@@ -46,7 +46,11 @@ class Question:
     came from ("" unknown). The last two say who pays for remote calls (``routing.upstream.budgets``).
     ``session_from_seq``: where the conversation's current session starts (the chat's
     ``Conversation.session_from_seq``; 0 for the first visit): a task a shopper left in an
-    earlier session (``routing.orders.tasks``) is not continued."""
+    earlier session (``routing.orders.tasks``) is not continued. ``complaint_at_seq``,
+    ``complaint_kind``, ``complaint_question``: the shopper's last complaint about an answer
+    (``Conversation.complaint_*``: the seq when it was made, 0 for none; ``"down"`` for a
+    thumbs-down, ``"phrase"`` for a "that's not what I asked"; the question complained about),
+    read by ``routing.decide.repeat``."""
 
     conversation_id: uuid.UUID | None
     message_id: int | None
@@ -56,6 +60,9 @@ class Question:
     customer_id: str = ""
     address_key: str = ""
     session_from_seq: int = 0
+    complaint_at_seq: int = 0
+    complaint_kind: str = ""
+    complaint_question: str = ""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from lib.search_terms import index_terms
@@ -47,10 +47,12 @@ def _no_answer_in_flight(conv: str, msg: str) -> str:
     )
 
 
-def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: int) -> bool:
+def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: int) -> tuple[int, str, str] | None:
     """Inside ``message_receive``'s transaction: claim ``seq`` for answering (``answered_seq =
     seq``) unless an older shopper message (after ``answered_seq``) still waits or another answer
-    of the conversation is in flight (:func:`_no_answer_in_flight`); True if claimed. One
+    of the conversation is in flight (:func:`_no_answer_in_flight`). Returns the conversation's
+    complaint (``complaint_at_seq``, ``complaint_kind``, ``complaint_question``, read by the same
+    statement) if claimed, else None. One
     statement in SQL, not an EXISTS then an UPDATE through the ORM: this is on the path to the
     first token of every message, and building the two ORM queries cost more than running them
     (profiled). The in-flight test adds no statement: it is two more conditions of this one
@@ -64,10 +66,11 @@ def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: 
         cursor.execute(
             f"UPDATE {conv} SET answered_seq = %s, claim_until = %s WHERE id = %s AND NOT EXISTS ("
             f"SELECT 1 FROM {msg} WHERE conversation_id = %s AND role = %s AND seq > %s AND seq < %s) "
-            f"AND {_no_answer_in_flight(conv, msg)}",
+            f"AND {_no_answer_in_flight(conv, msg)} RETURNING complaint_at_seq, complaint_kind, complaint_question",
             [seq, _claim_deadline_db(), pk, pk, Role.SHOPPER.value, answered_seq, seq],
         )
-        return cursor.rowcount == 1
+        row = cursor.fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
                 Conversation.objects.filter(pk=conversation_id).update(status=ConversationStatus.BOT, agent_name="")
                 status = ConversationStatus.BOT
             claimed = None
-            if claim and _claim_if_none_older(conversation_id, answered_seq=answered_seq, seq=seq):
+            complaint = _claim_if_none_older(conversation_id, answered_seq=answered_seq, seq=seq) if claim else None
+            if complaint is not None:
                 claimed = Conversation(
                     id=conversation_id,
                     status=status,
@@ -116,6 +120,9 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
                     last_seq=seq,
                     customer_id=customer_id,
                     address_key=address_key,
+                    complaint_at_seq=complaint[0],
+                    complaint_kind=complaint[1],
+                    complaint_question=complaint[2],
                 )
     except IntegrityError:
         # A resend of a known client_id (possibly racing in through another socket or worker).
@@ -166,7 +173,8 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
             cursor.execute(
                 f"UPDATE {conv_table} SET answered_seq = %s, claim_until = %s "
                 "WHERE id = %s AND answered_seq = %s AND last_seq = %s AND claim_until IS NULL "
-                "RETURNING status, locale, last_seq, customer_id, address_key",
+                "RETURNING status, locale, last_seq, customer_id, address_key, "
+                "complaint_at_seq, complaint_kind, complaint_question",
                 [msg.seq, _claim_deadline_db(), pk, msg.claimed_after, msg.last_seq_then],  # type: ignore[attr-defined]
             )
             won = cursor.fetchone()
@@ -179,6 +187,9 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
                 last_seq=int(won[2]),
                 customer_id=won[3],
                 address_key=won[4],
+                complaint_at_seq=int(won[5]),
+                complaint_kind=won[6],
+                complaint_question=won[7],
             )
             return msg, conv
 
@@ -424,11 +435,36 @@ def feedback_record(*, conversation_id: uuid.UUID, message_id: object, rating: o
         raise InvalidFeedback("rating must be 'up' or 'down'")
     if not isinstance(message_id, int) or isinstance(message_id, bool):
         raise InvalidFeedback("message_id must be an integer")
-    updated = Message.objects.filter(pk=message_id, conversation_id=conversation_id, role=Role.BOT).update(
-        rating=rating, rated_at=timezone.now()
+    with transaction.atomic():
+        updated = Message.objects.filter(pk=message_id, conversation_id=conversation_id, role=Role.BOT).update(
+            rating=rating, rated_at=timezone.now()
+        )
+        if not updated:
+            raise InvalidFeedback("no such bot message in this conversation")
+        if rating == "down":
+            answer_seq = Message.objects.filter(pk=message_id).values_list("seq", flat=True).get()
+            complaint_record(conversation_id=conversation_id, before_seq=answer_seq, kind="down")
+
+
+def complaint_record(*, conversation_id: uuid.UUID, before_seq: int, kind: str) -> bool:
+    """Remember the shopper's complaint (``kind``: ``"down"``, a thumbs-down of the bot answer at
+    ``before_seq``; ``"phrase"``, the "that's not what I asked" at ``before_seq``): the question
+    complained about (the last shopper message before ``before_seq``) and the conversation's last
+    seq now (``Conversation.complaint_*``, read by routing.decide.repeat). A later complaint
+    replaces an earlier one. Two queries. Returns False (nothing stored) when no shopper message
+    comes before ``before_seq``."""
+    question = (
+        Message.objects.filter(conversation_id=conversation_id, role=Role.SHOPPER, seq__lt=before_seq)
+        .order_by("-seq")
+        .values_list("text", flat=True)
+        .first()
     )
-    if not updated:
-        raise InvalidFeedback("no such bot message in this conversation")
+    if not question:
+        return False
+    Conversation.objects.filter(pk=conversation_id).update(
+        complaint_at_seq=F("last_seq"), complaint_kind=kind, complaint_question=question
+    )
+    return True
 
 
 def csat_record(*, conversation_id: uuid.UUID, score: object, comment: object = "") -> int:

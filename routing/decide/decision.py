@@ -80,6 +80,10 @@ class Decision:
     # not cover yet: after the answer, a summary is due (chat.summary). Never set for an answer
     # no model makes (FAQ, cache, store, decline, handoff): those never cause a summary.
     summary_due: bool = False
+    # The message says the last answer missed its question ("that's not what I asked",
+    # routing.decide.repeat): after the answer, Chat remembers the question before it as the
+    # conversation's complaint (``chat.services.complaint_record``).
+    complaint: bool = False
 
     @property
     def remote(self) -> bool:

@@ -2,11 +2,17 @@
 
 Order of checks (docs/routing.md):
 0. a short yes to a person the bot's last answer offered -> ``handoff`` (``routing.decide.handoff_flow``);
+0b. a message that only says the last answer missed its question ("that's not what I asked",
+   ``routing.decide.repeat``) -> ``decline`` with kefu's apology; the question before it becomes the
+   conversation's complaint, as a thumbs-down makes the question of the answer it rates;
 1. the shopper asks for a person (``routing.decide.handoff_intent``, every language) -> ``handoff``;
 1b. a message that only supplies a piece of the conversation's task (an e-mail, an order number,
    a "yes"/"no" to a change the bot offered) -> ``action`` (``routing.orders.tasks``); a bare
    "yes"/"no" with nothing pending -> ``decline`` (kefu's own reply), or, when the last bot answer
    was a remote model's question, that route with its history;
+1c. the question complained about asked again (the same FAQ intent, or else an embedding cosine
+   >= ``repeat.SIMILARITY``) within
+   ``repeat.TURNS`` turns of the complaint -> ``handoff`` ("asked again after a thumbs-down");
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
@@ -32,7 +38,7 @@ from cache_layer import services as cache
 from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up
 from lib.text import detect_locale
-from routing.decide import answers, handoff_flow
+from routing.decide import answers, handoff_flow, repeat
 from routing.decide.classify import classified as classified_text
 from routing.decide.classify import follow_up_classified
 from routing.decide.decision import Decision
@@ -89,6 +95,18 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     accepted = await handoff_flow.accepted_offer(question, history) if store_actions else None
     if accepted is not None:
         return handoff_decision(locale=locale, reason=accepted)
+    # "That's not what I asked": kefu's apology, and the question before it becomes the
+    # conversation's complaint (routing.decide.repeat); asked again soon, a person answers.
+    if store_actions and question.seq > 1 and repeat.says_missed(text):
+        return Decision(
+            route="decline",
+            locale=locale,
+            text=repeat.missed_reply(locale),
+            reason="shopper said the answer missed the question",
+            # Said again while a complaint holds: the question complained about stays the same
+            # (the message before this one may be the first "that's not what I asked").
+            complaint=not repeat.complaint_in_reach(question),
+        )
     rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
     asks_for_person = wants_human(text, locale) or (rule is not None and rule.action == HANDOFF)
     # A message that only supplies a piece of the conversation's task (routing.orders.tasks): an
@@ -102,6 +120,15 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     classified = await classified_text(text, locale)
     if follow_up:
         classified = await asyncio.to_thread(follow_up_classified, text, locale, route=follow_up)
+    # The question complained about (a thumbs-down, a "that's not what I asked") asked again
+    # within a few turns: a person answers. Nothing is computed without a complaint in reach.
+    again = (
+        await repeat.asked_again(question, classified.vector, classified.match, locale)
+        if store_actions and not follow_up
+        else None
+    )
+    if again is not None:
+        return handoff_decision(locale=locale, reason=again)
     match, verdict = classified.match, classified.verdict
     if match is not None and match.accepted and match.entry_id is not None:  # never in a language the FAQ lacks
         entry = registry.entries.get(match.entry_id)

@@ -3,8 +3,8 @@ calling, and kefu runs the calls.
 
 A remote answer gets the tools only when its question is about an order (it names an order
 number or an e-mail address, or the FAQ entries it is grounded on include an order intent of
-``KEFU_ACTION_INTENTS``): the five definitions cost about 350 prompt tokens a call, which every
-other question is spared.
+``KEFU_ACTION_INTENTS``): the five store definitions cost about 350 prompt tokens a call (the
+sixth, ``person_offer``, a few dozen more), which every other question is spared.
 
 The loop (:func:`stream_with_tools`): stream a round; text goes to the shopper as it comes; when
 the round ends with ``tool_calls``, each call's arguments are validated (pydantic, unknown fields
@@ -153,6 +153,13 @@ _TOOLS: dict[str, tuple[str, type[BaseModel], str, dict[str, Any]]] = {
             "additionalProperties": False,
         },
     ),
+    "person_offer": (
+        "offer_person",
+        _NoArgs,
+        "Offer to pass the shopper to a person from the store's team, when you cannot help. The shopper "
+        "is asked; a person takes over only if they say yes.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
 }
 
 #: Appended to the system prompt of a request that carries the tools.
@@ -160,8 +167,31 @@ TOOL_NOTE = (
     "You can look up this shopper's orders with the tools. Never guess an order's status, "
     "tracking or refund: look it up. A shopper who is not signed in must give the order number "
     "and the e-mail address it was placed with; ask for them if they are missing. To cancel, "
-    "return or re-address an order, call the tool: it asks the shopper to confirm."
+    "return or re-address an order, call the tool: it asks the shopper to confirm. When you "
+    "cannot help, call person_offer instead of promising a person."
 )
+
+#: kefu's own offer of a person, ending an answer whose model called ``person_offer``: a question
+#: that ``routing.decide.handoff_flow.offers_person`` recognises, so the shopper's short yes hands
+#: off (the same path as an offer in the model's own words). English for a language it lacks.
+PERSON_OFFERS = {
+    "en": "Would you like me to connect you with someone from our team?",
+    "zh": "需要我为您转接人工客服吗？",
+    "ja": "担当者におつなぎしましょうか？",
+    "ko": "상담원에게 연결해 드릴까요?",
+    "es": "¿Quieres que te ponga en contacto con una persona del equipo?",
+    "fr": "Voulez-vous que je vous mette en relation avec un conseiller ?",
+    "de": "Möchten Sie, dass ich Sie mit einem Mitarbeiter verbinde?",
+    "it": "Vuoi che ti metta in contatto con un operatore?",
+    "pt": "Quer que eu passe você para uma pessoa da equipe?",
+    "nl": "Wilt u dat ik u doorverbind met een medewerker?",
+    "ru": "Хотите, я соединю вас с сотрудником?",
+}
+
+
+def person_offer_text(locale: str) -> str:
+    """kefu's offer of a person in ``locale`` (:data:`PERSON_OFFERS`, English for a language it lacks)."""
+    return PERSON_OFFERS.get(locale, PERSON_OFFERS["en"])
 
 
 def definitions(*, verified: bool) -> list[dict[str, Any]]:
@@ -260,6 +290,10 @@ async def run_tool(call: ToolCall, *, question: Question, locale: str) -> tuple[
         first = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
         where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
         return _error("invalid", f"bad arguments for {call.name}: {where}: {first.get('msg')}"), None
+    if action == "offer_person":
+        # No store call: kefu asks the question itself, and the shopper's yes hands off
+        # (routing.decide.handoff_flow), as for an offer in the model's own words.
+        return json.dumps({"ok": True, "asked_shopper": True}), person_offer_text(locale)
     actor = store.Actor(
         kind="bot", purpose="tool", conversation_id=question.conversation_id, message_id=question.message_id
     )

@@ -95,6 +95,7 @@ async def test_a_model_looks_an_order_up_and_answers_from_it(make_client, faq, d
         "order_cancel",
         "order_return",
         "shipping_address_change",
+        "person_offer",
     ]  # no list of orders for an anonymous shopper
     [result] = tool_messages(second)
     assert result["ok"] is True
@@ -211,3 +212,33 @@ async def test_an_address_change_is_offered_confirmed_and_made_once(make_client,
         ("confirm", "change_address", "ok"),
         ("confirm", "change_address", "ok"),
     ]
+
+
+@pytest.mark.parametrize(
+    "locale, yes, offer",
+    [
+        ("en", "yes please", "Would you like me to connect you with someone from our team?"),
+        ("zh", "好的", "需要我为您转接人工客服吗？"),
+    ],
+)
+async def test_a_yes_to_the_person_the_model_offered_by_a_tool_call_hands_off(
+    make_client, faq, demo_orders, remote, locale, yes, offer
+):
+    # The model cannot help and calls person_offer: kefu's own offer ends the answer, and the
+    # shopper's yes goes to a person without another model call.
+    remote.push(Behaviour(tool_calls=[{"name": "person_offer", "arguments": {}}]))
+    client = await make_client()
+    await client.hello(locale=locale)
+    end = await ask(
+        client,
+        QUESTION
+        if locale == "en"
+        else "想问一下订单 KF-1001（mei.chen@example.com）：餐巾和杯子是放在同一个箱子里寄出的吗？",
+    )
+    assert end["route"] == "llm.simple" and end["text"] == offer
+    await client.say(yes)
+    frames = await client.until("status")
+    assert next(f for f in frames if f["type"] == "stream.end")["route"] == "handoff"
+    assert frames[-1]["status"] == "waiting_agent"
+    assert len(remote.requests) == 1
+    assert await store_calls() == []  # an offer of a person calls no store

@@ -47,12 +47,14 @@ def _no_answer_in_flight(conv: str, msg: str) -> str:
     )
 
 
-def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: int) -> tuple[int, str, str] | None:
+def _claim_if_none_older(
+    conversation_id: uuid.UUID, *, answered_seq: int, seq: int
+) -> tuple[int, str, str, int] | None:
     """Inside ``message_receive``'s transaction: claim ``seq`` for answering (``answered_seq =
     seq``) unless an older shopper message (after ``answered_seq``) still waits or another answer
     of the conversation is in flight (:func:`_no_answer_in_flight`). Returns the conversation's
-    complaint (``complaint_at_seq``, ``complaint_kind``, ``complaint_question``, read by the same
-    statement) if claimed, else None. One
+    complaint (``complaint_at_seq``, ``complaint_kind``, ``complaint_question``) and its session's
+    first seq (``session_from_seq``), read by the same statement, if claimed, else None. One
     statement in SQL, not an EXISTS then an UPDATE through the ORM: this is on the path to the
     first token of every message, and building the two ORM queries cost more than running them
     (profiled). The in-flight test adds no statement: it is two more conditions of this one
@@ -66,11 +68,12 @@ def _claim_if_none_older(conversation_id: uuid.UUID, *, answered_seq: int, seq: 
         cursor.execute(
             f"UPDATE {conv} SET answered_seq = %s, claim_until = %s WHERE id = %s AND NOT EXISTS ("
             f"SELECT 1 FROM {msg} WHERE conversation_id = %s AND role = %s AND seq > %s AND seq < %s) "
-            f"AND {_no_answer_in_flight(conv, msg)} RETURNING complaint_at_seq, complaint_kind, complaint_question",
+            f"AND {_no_answer_in_flight(conv, msg)} "
+            "RETURNING complaint_at_seq, complaint_kind, complaint_question, session_from_seq",
             [seq, _claim_deadline_db(), pk, pk, Role.SHOPPER.value, answered_seq, seq],
         )
         row = cursor.fetchone()
-    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+    return None if row is None else (int(row[0]), str(row[1]), str(row[2]), int(row[3]))
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
                     complaint_at_seq=complaint[0],
                     complaint_kind=complaint[1],
                     complaint_question=complaint[2],
+                    session_from_seq=complaint[3],
                 )
     except IntegrityError:
         # A resend of a known client_id (possibly racing in through another socket or worker).
@@ -174,7 +178,7 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
                 f"UPDATE {conv_table} SET answered_seq = %s, claim_until = %s "
                 "WHERE id = %s AND answered_seq = %s AND last_seq = %s AND claim_until IS NULL "
                 "RETURNING status, locale, last_seq, customer_id, address_key, "
-                "complaint_at_seq, complaint_kind, complaint_question",
+                "complaint_at_seq, complaint_kind, complaint_question, session_from_seq",
                 [msg.seq, _claim_deadline_db(), pk, msg.claimed_after, msg.last_seq_then],  # type: ignore[attr-defined]
             )
             won = cursor.fetchone()
@@ -190,6 +194,7 @@ def answer_claim(*, conversation_id: uuid.UUID) -> tuple[Message, Conversation] 
                 complaint_at_seq=int(won[5]),
                 complaint_kind=won[6],
                 complaint_question=won[7],
+                session_from_seq=int(won[8]),
             )
             return msg, conv
 

@@ -247,3 +247,18 @@ def test_a_sweep_taking_an_orphaned_claim_holds_it_for_the_answer() -> None:
     assert held is not None and held > timezone.now()
     with pytest.raises(AnswerInFlight):
         services.answer_claim(conversation_id=conv.id)
+
+
+def test_the_claimed_conversation_carries_its_session_start_on_both_claim_paths() -> None:
+    # The router's task state and complaint checks are per session (Question.session_from_seq):
+    # before, both claim statements left it at 0, so a task of an earlier session still applied.
+    conv, _ = services.conversation_start()
+    first = services.message_receive(conversation_id=conv.id, client_id="c1", text="Hello", claim=True)
+    answer(conv, first.message.seq)
+    Conversation.objects.filter(pk=conv.pk).update(session_from_seq=2)  # a new session began after seq 2
+    got = services.message_receive(conversation_id=conv.id, client_id="c2", text="Where is my order?", claim=True)
+    assert got.claimed is not None and got.claimed.session_from_seq == 2
+    answer(conv, got.message.seq)
+    services.message_receive(conversation_id=conv.id, client_id="c3", text="And the other one?", claim=False)
+    claimed = services.answer_claim(conversation_id=conv.id)
+    assert claimed is not None and claimed[1].session_from_seq == 2

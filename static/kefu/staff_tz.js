@@ -8,8 +8,10 @@
   } catch (e) {
     return;
   }
-  if (!zone) return;
+  // IANA names ("Asia/Shanghai", "Etc/GMT+8") are cookie-safe as they are; the server does not
+  // percent-decode cookies, so the name is written unencoded and anything else is left out.
+  if (!zone || !/^[A-Za-z0-9_+\/-]{1,64}$/.test(zone)) return;
   var current = (document.cookie.match(/(?:^|;\s*)kefu_tz=([^;]*)/) || [])[1];
-  if (current && decodeURIComponent(current) === zone) return;
-  document.cookie = "kefu_tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; samesite=lax";
+  if (current === zone) return;
+  document.cookie = "kefu_tz=" + zone + "; path=/; max-age=31536000; samesite=lax";
 })();

@@ -104,7 +104,7 @@ def test_transcript_times_are_in_the_agents_time_zone_and_locale():
     client.cookies["kefu_tz"] = "Asia/Shanghai"
     html = page(client.get(url, **ZH))
     assert '<time datetime="2026-12-07T18:05:09.123456+00:00">2026年12月8日 02:05:09</time>' in html
-    assert "对话 " in html and "消息" in html
+    assert "对话 " in html and "消息" in html and "时间为 Asia/Shanghai。" in html
     client.cookies["kefu_tz"] = "Not/AZone"
     assert "7 Dec 2026, 18:05:09" in page(client.get(url))
 
@@ -121,4 +121,17 @@ def test_the_language_and_time_zone_cost_no_query():
     choose(client, "zh-hans", url)
     with all_threads_queries() as chinese:
         assert "2026年12月8日 02:05:09" in page(client.get(url))
+    assert len(chinese) == len(english), chinese.report()
+
+
+def test_the_ops_page_costs_the_same_queries_in_either_language():
+    client = Client()
+    client.force_login(staff("ops", "view_costs"))
+    page(client.get("/ops/"))
+    with all_threads_queries() as english:
+        page(client.get("/ops/"))
+    client.cookies["kefu_tz"] = "Asia/Shanghai"
+    choose(client, "zh-hans", "/ops/")
+    with all_threads_queries() as chinese:
+        assert "当前花费预算" in page(client.get("/ops/"))
     assert len(chinese) == len(english), chinese.report()

@@ -53,3 +53,27 @@ def local_datetime(value: Any, fmt: str = "DATETIME_FORMAT") -> str | Any:
     if timezone.is_naive(when):
         when = when.replace(tzinfo=UTC)
     return formats.date_format(timezone.localtime(when), fmt)
+
+
+@register.filter
+def status_label(value: str) -> str:
+    """A conversation's stored status (``waiting_agent``) as the staff's words in the active
+    language ("Waiting for an agent", "等待客服"); an unknown value as it is."""
+    from chat.models import ConversationStatus
+
+    try:
+        return str(ConversationStatus(value).label)
+    except ValueError:
+        return value
+
+
+@register.filter
+def role_label(value: str) -> str:
+    """A message's stored role (``shopper``) as the staff's word in the active language; an
+    unknown value as it is."""
+    from chat.models import Role
+
+    try:
+        return str(Role(value).label)
+    except ValueError:
+        return value

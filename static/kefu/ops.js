@@ -60,6 +60,41 @@
     return s;
   }
 
+  // uPlot's axis and legend dates in the page's language: its own template formatter, given the
+  // month and weekday names of the agent's locale (Intl) instead of its built-in English ones.
+  function localNames() {
+    var names = { MMMM: [], MMM: [], WWWW: [], WWW: [] };
+    var month = function (style) { return new Intl.DateTimeFormat(lang, { month: style, timeZone: "UTC" }); };
+    var day = function (style) { return new Intl.DateTimeFormat(lang, { weekday: style, timeZone: "UTC" }); };
+    for (var m = 0; m < 12; m++) {
+      var d = new Date(Date.UTC(2024, m, 1));
+      names.MMMM.push(month("long").format(d));
+      names.MMM.push(month("short").format(d));
+    }
+    for (var w = 0; w < 7; w++) {
+      var s = new Date(Date.UTC(2024, 0, 7 + w)); // 7 January 2024 was a Sunday, uPlot's first day
+      names.WWWW.push(day("long").format(s));
+      names.WWW.push(day("short").format(s));
+    }
+    return names;
+  }
+  var NAMES = null;
+  function fmtDate(tpl) {
+    if (NAMES === null) { NAMES = localNames(); }
+    return uPlot.fmtDate(tpl, NAMES);
+  }
+
+  // The time axis and the legend's time in the agent's locale and zone (Intl), not uPlot's
+  // US-style "12/7" and "3pm".
+  var DAY = 86400;
+  var timeFmt = new Intl.DateTimeFormat(lang, { hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: tz });
+  var dayFmt = new Intl.DateTimeFormat(lang, { month: "short", day: "numeric", timeZone: tz });
+  var fullFmt = new Intl.DateTimeFormat(lang, { dateStyle: "medium", timeStyle: "short", hourCycle: "h23", timeZone: tz });
+  function timeAxis(u, splits, axisIdx, space, incr) {
+    return splits.map(function (t) { return (incr >= DAY ? dayFmt : timeFmt).format(new Date(t * 1000)); });
+  }
+  function timeValue(u, t) { return t == null ? "—" : fullFmt.format(new Date(t * 1000)); }
+
   function draw(figure, series, data, opts) {
     var plot = figure.querySelector(".chart__plot") || figure;
     plot.textContent = "";
@@ -67,10 +102,13 @@
       width: Math.max(240, plot.clientWidth),
       height: (opts && opts.height) || HEIGHT,
       scales: Object.assign({ x: { time: true } }, (opts && opts.scales) || {}),
-      axes: (opts && opts.axes) || [{}, { size: 56 }],
-      series: [{ label: gettext("time") }].concat(series),
+      axes: ((opts && opts.axes) || [{}, { size: 56 }]).map(function (axis, i) {
+        return i === 0 ? Object.assign({ values: timeAxis }, axis) : axis;
+      }),
+      series: [{ label: gettext("time"), value: timeValue }].concat(series),
       bands: (opts && opts.bands) || [],
       legend: { live: true },
+      fmtDate: fmtDate,
       cursor: { drag: { x: false, y: false } }
     };
     var chart = new uPlot(options, data, plot);

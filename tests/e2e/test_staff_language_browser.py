@@ -45,6 +45,10 @@ def test_the_ops_page_and_its_script_speak_chinese_to_a_chinese_browser(live_kef
         expect(page.locator("#charts-status")).to_contain_text("一格，时间为 Asia/Shanghai")
         expect(page.locator("#chart-money")).to_contain_text("节省")
         expect(page.locator("#chart-ttft")).to_have_text("本时间范围内没有回答。")
+        # The charts' time in the agent's locale and zone: hovering a chart shows e.g. "2026年12月8日 02:05".
+        page.locator("#chart-money .u-over").hover()
+        expect(page.locator("#chart-money .u-legend .u-series").first).to_contain_text("年")
+        expect(page.locator("#chart-money .u-legend .u-series").first).to_contain_text("时间")
         # The time zone the page's script reported is the one the server formats times in.
         assert {c["name"]: c["value"] for c in context.cookies()}.get("kefu_tz") == "Asia/Shanghai"
 

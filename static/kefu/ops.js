@@ -60,30 +60,6 @@
     return s;
   }
 
-  // uPlot's axis and legend dates in the page's language: its own template formatter, given the
-  // month and weekday names of the agent's locale (Intl) instead of its built-in English ones.
-  function localNames() {
-    var names = { MMMM: [], MMM: [], WWWW: [], WWW: [] };
-    var month = function (style) { return new Intl.DateTimeFormat(lang, { month: style, timeZone: "UTC" }); };
-    var day = function (style) { return new Intl.DateTimeFormat(lang, { weekday: style, timeZone: "UTC" }); };
-    for (var m = 0; m < 12; m++) {
-      var d = new Date(Date.UTC(2024, m, 1));
-      names.MMMM.push(month("long").format(d));
-      names.MMM.push(month("short").format(d));
-    }
-    for (var w = 0; w < 7; w++) {
-      var s = new Date(Date.UTC(2024, 0, 7 + w)); // 7 January 2024 was a Sunday, uPlot's first day
-      names.WWWW.push(day("long").format(s));
-      names.WWW.push(day("short").format(s));
-    }
-    return names;
-  }
-  var NAMES = null;
-  function fmtDate(tpl) {
-    if (NAMES === null) { NAMES = localNames(); }
-    return uPlot.fmtDate(tpl, NAMES);
-  }
-
   // The time axis and the legend's time in the agent's locale and zone (Intl), not uPlot's
   // US-style "12/7" and "3pm".
   var DAY = 86400;
@@ -108,7 +84,6 @@
       series: [{ label: gettext("time"), value: timeValue }].concat(series),
       bands: (opts && opts.bands) || [],
       legend: { live: true },
-      fmtDate: fmtDate,
       cursor: { drag: { x: false, y: false } }
     };
     var chart = new uPlot(options, data, plot);

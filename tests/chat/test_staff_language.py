@@ -81,8 +81,11 @@ def test_the_javascript_catalog_follows_the_staff_language():
 
 
 def test_the_storefront_keeps_its_own_lang():
-    html = page(Client().get("/", **ZH))
-    assert '<html lang="en">' in html
+    response = Client().get("/", **ZH)
+    assert '<html lang="en">' in page(response)
+    assert not response.has_header("Content-Language") and "Accept-Language" not in response.get("Vary", "")
+    staff_page = Client().get("/console/login/", **ZH)
+    assert staff_page["Content-Language"] == "zh-hans" and "Accept-Language" in staff_page["Vary"]
     assert '<html lang="zh">' in page(Client().get("/?lang=zh", HTTP_ACCEPT_LANGUAGE="en"))
 
 

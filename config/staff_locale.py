@@ -42,7 +42,7 @@ def agent_time_zone(request: HttpRequest) -> tzinfo | None:
         return None
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # not a zone, a bad path, a directory
         return None
 
 

@@ -67,4 +67,9 @@ class StaffLocaleMiddleware(LocaleMiddleware):
     def process_response(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         if not is_staff_path(request.path):
             return response
-        return super().process_response(request, response)
+        response = super().process_response(request, response)
+        # The page is rendered: work this thread does next (a task run in place, the next request
+        # before its own middleware) must not inherit the agent's language and zone.
+        translation.activate(settings.LANGUAGE_CODE)
+        timezone.deactivate()
+        return response

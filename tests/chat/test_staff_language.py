@@ -140,3 +140,12 @@ def test_the_ops_page_costs_the_same_queries_in_either_language():
     with all_threads_queries() as chinese:
         assert "当前花费预算" in page(client.get("/ops/"))
     assert len(chinese) == len(english), chinese.report()
+
+
+def test_the_agents_language_and_zone_end_with_the_request():
+    from django.utils import timezone, translation
+
+    client = Client()
+    client.cookies["kefu_tz"] = "Asia/Shanghai"
+    assert "用户名" in page(client.get("/console/login/", **ZH))
+    assert translation.get_language() == "en" and timezone.get_current_timezone_name() == "UTC"

@@ -8,20 +8,22 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
+from django.utils.translation import gettext_lazy as _
 
 
+# The labels are the staff pages' words (translated: locale/); the values are what is stored.
 class ConversationStatus(models.TextChoices):
-    BOT = "bot", "Bot answers"
-    WAITING_AGENT = "waiting_agent", "Waiting for an agent"
-    AGENT = "agent", "Agent"
-    CLOSED = "closed", "Closed"
+    BOT = "bot", _("Bot answers")
+    WAITING_AGENT = "waiting_agent", _("Waiting for an agent")
+    AGENT = "agent", _("Agent")
+    CLOSED = "closed", _("Closed")
 
 
 class Role(models.TextChoices):
-    SHOPPER = "shopper", "Shopper"
-    BOT = "bot", "Bot"
-    AGENT = "agent", "Agent"
-    SYSTEM = "system", "System"
+    SHOPPER = "shopper", _("Shopper")
+    BOT = "bot", _("Bot")
+    AGENT = "agent", _("Agent")
+    SYSTEM = "system", _("System")
 
 
 class Route(models.TextChoices):

@@ -64,12 +64,12 @@ def _agent_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 @_agent_only
 def console(request: HttpRequest) -> HttpResponse:
     """``GET /console/``: the agent console (the page is a shell; everything live comes over ``/ws/agent/``)."""
-    # The console speaks the agent's language (Accept-Language, or ?lang=zh): English and
-    # Simplified Chinese (locale/); the shopper-facing pages keep their own ?lang.
+    # The console speaks the agent's language (config/staff_locale.py: the agent's choice, else
+    # Accept-Language); ?lang=zh still overrides it for one page.
     try:
         lang = translation.get_supported_language_variant(request.GET.get("lang", ""))
     except LookupError:
-        lang = translation.get_language_from_request(request)
+        lang = translation.get_language()
     with translation.override(lang):
         return render(request, "console.html", {"agent_name": agent_display_name(request.user)})
 

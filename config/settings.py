@@ -87,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The staff pages' language and time zone; shopper pages keep their own ?lang (config/staff_locale.py).
+    "config.staff_locale.StaffLocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -240,6 +242,8 @@ LANGUAGE_CODE = "en"
 # translations are in locale/ (.po and the compiled .mo, committed so a checkout runs as is).
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# Staff pages' date formats per language (seconds on, no US-style dates): config/formats/.
+FORMAT_MODULE_PATH = ["config.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

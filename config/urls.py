@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth.views import LogoutView
 from django.urls import path
+from django.views.i18n import JavaScriptCatalog, set_language
 
 from chat import views
 from ops import candidates_views
@@ -21,6 +22,10 @@ urlpatterns = [
     path("console/conversations/<uuid:conversation_id>/task", views.console_task, name="console-task"),
     path("console/api/search", views.console_search, name="console-search"),
     path("console/login/", views.ConsoleLoginView.as_view(), name="console-login"),
+    # The staff pages' language switch (Django's set_language: POST language=en|zh-hans, kept in a
+    # cookie) and their scripts' strings (the djangojs catalog); config/staff_locale.py.
+    path("console/i18n/setlang/", set_language, name="set_language"),
+    path("console/i18n/js/", JavaScriptCatalog.as_view(), name="javascript-catalog"),
     path("console/logout/", LogoutView.as_view(next_page="/console/login/"), name="console-logout"),
     # Ops (docs/ops.md): staff with the routing.view_costs permission; /metrics for Prometheus.
     path("ops/", ops_views.dashboard, name="ops"),

@@ -27,6 +27,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils.translation import gettext as _
 
 from chat import regroup
 from lib import metrics as process_metrics
@@ -230,14 +231,14 @@ def canary_page(request: HttpRequest, period: Period) -> HttpResponse:
     hours = period_hours(period)
     data = ops.canary_summary(standings=router.canary_standings(), hours=hours)
     rows = (
-        ("answers", "Answers"),
-        ("ttft_p50", "Time to first token p50 (ms)"),
-        ("ttft_p95", "Time to first token p95 (ms)"),
-        ("cost_per_answer", "Cost per answer (USD)"),
-        ("thumbs_down", "Thumbs down"),
-        ("handoff", "Handed to a person next"),
-        ("cut", "Cut"),
-        ("errors", "Upstream errors (as the breaker counts)"),
+        ("answers", _("Answers")),
+        ("ttft_p50", _("Time to first token p50 (ms)")),
+        ("ttft_p95", _("Time to first token p95 (ms)")),
+        ("cost_per_answer", _("Cost per answer (USD)")),
+        ("thumbs_down", _("Thumbs down")),
+        ("handoff", _("Handed to a person next")),
+        ("cut", _("Cut")),
+        ("errors", _("Upstream errors (as the breaker counts)")),
     )
     tiers = []
     for t in data["tiers"]:
@@ -260,23 +261,27 @@ def canary_page(request: HttpRequest, period: Period) -> HttpResponse:
 
 
 def _canary_cells(f: dict[str, Any]) -> dict[str, str]:
-    """One deployment's figures as the page's cells: each with its count."""
+    """One deployment's figures as the page's cells: each with its count (in the active language)."""
 
     def ms(v: float | None) -> str:
         return "—" if v is None else f"{v:g}"
 
     def rate(r: dict[str, Any]) -> str:
         pct = "—" if r["rate"] is None else f"{r['rate'] * 100:.1f}%"
-        return f"{pct} ({r['count']} of {r['of']})"
+        return _("%(rate)s (%(count)s of %(of)s)") % {"rate": pct, "count": r["count"], "of": r["of"]}
 
-    n_ttft = f["ttft_ms"]["count"]
+    def of_n(v: float | None) -> str:
+        return _("%(ms)s (of %(n)s)") % {"ms": ms(v), "n": f["ttft_ms"]["count"]}
+
+    per_answer = "—" if f["cost_per_answer_usd"] is None else f"{f['cost_per_answer_usd']:.6f}"
     return {
         "answers": str(f["answers"]),
-        "ttft_p50": f"{ms(f['ttft_ms']['p50'])} (of {n_ttft})",
-        "ttft_p95": f"{ms(f['ttft_ms']['p95'])} (of {n_ttft})",
-        "cost_per_answer": ("—" if f["cost_per_answer_usd"] is None else f"{f['cost_per_answer_usd']:.6f}")
-        + f" ({f['cost_usd']:.6f} over {f['answers']})",
-        "thumbs_down": rate(f["thumbs_down"]) + f", {f['thumbs_down']['rated']} rated",
+        "ttft_p50": of_n(f["ttft_ms"]["p50"]),
+        "ttft_p95": of_n(f["ttft_ms"]["p95"]),
+        "cost_per_answer": _("%(per_answer)s (%(total)s over %(answers)s)")
+        % {"per_answer": per_answer, "total": f"{f['cost_usd']:.6f}", "answers": f["answers"]},
+        "thumbs_down": _("%(rate)s, %(rated)s rated")
+        % {"rate": rate(f["thumbs_down"]), "rated": f["thumbs_down"]["rated"]},
         "handoff": rate(f["handoff"]),
         "cut": rate(f["cut"]),
         "errors": rate(f["errors"]),

@@ -14,9 +14,18 @@
 
 /* kefu ops dashboard: draws /ops/api/series with uPlot (static/vendor/uplot), shows times in the
    viewer's time zone, and turns the custom period form's local times into UTC epoch seconds.
-   Loaded with `defer` after uPlot; no inline script or style (the page's CSP forbids both). */
+   Loaded with `defer` after uPlot and the page's catalog of translations (Django's
+   JavaScriptCatalog at /console/i18n/js/: gettext and interpolate in the agent's language); no
+   inline script or style (the page's CSP forbids both). */
 (function () {
   "use strict";
+
+  // The catalog's functions; the English text as it is when the catalog did not load.
+  var gettext = window.gettext || function (s) { return s; };
+  var interpolate = window.interpolate || function (fmt, obj) {
+    return fmt.replace(/%\((\w+)\)s/g, function (m, k) { return String(obj[k]); });
+  };
+  var lang = document.documentElement.lang || undefined;
 
   var root = document.getElementById("charts");
   var statusEl = document.getElementById("charts-status");
@@ -51,6 +60,17 @@
     return s;
   }
 
+  // The time axis and the legend's time in the agent's locale and zone (Intl), not uPlot's
+  // US-style "12/7" and "3pm".
+  var DAY = 86400;
+  var timeFmt = new Intl.DateTimeFormat(lang, { hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: tz });
+  var dayFmt = new Intl.DateTimeFormat(lang, { month: "short", day: "numeric", timeZone: tz });
+  var fullFmt = new Intl.DateTimeFormat(lang, { dateStyle: "medium", timeStyle: "short", hourCycle: "h23", timeZone: tz });
+  function timeAxis(u, splits, axisIdx, space, incr) {
+    return splits.map(function (t) { return (incr >= DAY ? dayFmt : timeFmt).format(new Date(t * 1000)); });
+  }
+  function timeValue(u, t) { return t == null ? "—" : fullFmt.format(new Date(t * 1000)); }
+
   function draw(figure, series, data, opts) {
     var plot = figure.querySelector(".chart__plot") || figure;
     plot.textContent = "";
@@ -58,8 +78,10 @@
       width: Math.max(240, plot.clientWidth),
       height: (opts && opts.height) || HEIGHT,
       scales: Object.assign({ x: { time: true } }, (opts && opts.scales) || {}),
-      axes: (opts && opts.axes) || [{}, { size: 56 }],
-      series: [{ label: "time" }].concat(series),
+      axes: ((opts && opts.axes) || [{}, { size: 56 }]).map(function (axis, i) {
+        return i === 0 ? Object.assign({ values: timeAxis }, axis) : axis;
+      }),
+      series: [{ label: gettext("time"), value: timeValue }].concat(series),
       bands: (opts && opts.bands) || [],
       legend: { live: true },
       cursor: { drag: { x: false, y: false } }
@@ -105,13 +127,13 @@
     var m = d.money;
     var fig = document.getElementById("chart-money");
     if (m.t.length && d.money.t.length !== d.t.length) {
-      fig.querySelector("figcaption").textContent = "Spend and savings per day (USD)";
+      fig.querySelector("figcaption").textContent = gettext("Spend and savings per day (USD)");
     }
     draw(fig, [
-      line("spent", "#cf222e", usd),
-      line("saved", "#1a7f37", usd),
-      line("without the cache", "#bf8700", usd, { dash: [6, 4] }),
-      line("same calls, all complex", "#6e7781", usd, { dash: [2, 4] })
+      line(gettext("spent"), "#cf222e", usd),
+      line(gettext("saved"), "#1a7f37", usd),
+      line(gettext("without the cache"), "#bf8700", usd, { dash: [6, 4] }),
+      line(gettext("same calls, all complex"), "#6e7781", usd, { dash: [2, 4] })
     ], [m.t, m.spent_usd, m.saved_usd, m.no_cache_usd, m.all_complex_usd], {
       scales: { y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.05 : 0.01]; } } },
       axes: [{}, { size: 64, values: axisValues(usd) }]
@@ -121,9 +143,9 @@
   function cache(d) {
     var fig = document.getElementById("chart-cache");
     draw(fig, [
-      line("hit rate", "#0a7c86", percent),
-      line("false-hit rate (audits)", "#cf222e", percent),
-      line("audits", "#8c959f", fixed(0), { scale: "n", width: 1 })
+      line(gettext("hit rate"), "#0a7c86", percent),
+      line(gettext("false-hit rate (audits)"), "#cf222e", percent),
+      line(gettext("audits"), "#8c959f", fixed(0), { scale: "n", width: 1 })
     ], [d.t, d.cache.hit_rate, d.cache.false_hit_rate, d.cache.audits], {
       scales: { y: { range: [0, 1] }, n: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
       axes: [{}, { size: 50, values: percentAxis }, { scale: "n", side: 1, grid: { show: false }, size: 40 }]
@@ -134,11 +156,11 @@
     var q = d.queue;
     var fig = document.getElementById("chart-queue");
     draw(fig, [
-      line("handoffs", "#953800", fixed(0)),
-      line("waiting (most)", "#bf8700", fixed(0)),
-      line("with an agent (most)", "#1a7f37", fixed(0)),
-      line("wait p50 (s)", "#0b5cad", fixed(1), { scale: "s" }),
-      line("wait p95 (s)", "#8250df", fixed(1), { scale: "s", dash: [6, 4] })
+      line(gettext("handoffs"), "#953800", fixed(0)),
+      line(gettext("waiting (most)"), "#bf8700", fixed(0)),
+      line(gettext("with an agent (most)"), "#1a7f37", fixed(0)),
+      line(gettext("wait p50 (s)"), "#0b5cad", fixed(1), { scale: "s" }),
+      line(gettext("wait p95 (s)"), "#8250df", fixed(1), { scale: "s", dash: [6, 4] })
     ], [d.t, q.handoffs, q.waiting_max, q.with_agent_max, q.wait_s_p50, q.wait_s_p95], {
       scales: {
         y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } },
@@ -152,7 +174,7 @@
     var labels = Object.keys(d.ratings.down_rate);
     var fig = document.getElementById("chart-ratings");
     if (d.ratings.t.length !== d.t.length) {
-      fig.querySelector("figcaption").textContent = "Thumbs-down rate by tier, per day (of rated answers)";
+      fig.querySelector("figcaption").textContent = gettext("Thumbs-down rate by tier, per day (of rated answers)");
     }
     draw(fig, labels.map(function (l, i) { return line(l, color(l, i), percent); }),
       [d.ratings.t].concat(labels.map(function (l) { return d.ratings.down_rate[l]; })), {
@@ -168,7 +190,7 @@
     if (!routes.length) {
       var p = document.createElement("p");
       p.className = "chart__empty";
-      p.textContent = "No answers in this window.";
+      p.textContent = gettext("No answers in this window.");
       holder.appendChild(p);
       return;
     }
@@ -231,32 +253,35 @@
   }
 
   function faqTable(d) {
-    fillTable("#faq-ratings", d.faq, "No FAQ answers in this window.", 5, function (f) {
-      return [f.question ? f.intent + " [" + f.locale + "]: " + f.question : "entry " + f.id + " (deleted)",
+    fillTable("#faq-ratings", d.faq, gettext("No FAQ answers in this window."), 5, function (f) {
+      return [f.question ? f.intent + " [" + f.locale + "]: " + f.question : interpolate(gettext("entry %(id)s (deleted)"), { id: f.id }, true),
         String(f.answers), String(f.up), String(f.down), percent(null, f.down_rate)];
     });
   }
 
   function intentTable(d) {
-    fillTable("#cache-intents", d.cache_intents || [], "No cache audits in this window.", 5, function (r) {
+    fillTable("#cache-intents", d.cache_intents || [], gettext("No cache audits in this window."), 5, function (r) {
       return [r.intent, String(r.counted), String(r.false_hits), percent(null, r.false_hit_rate),
         percent(null, r.low) + " – " + percent(null, r.high)];
     });
   }
 
   function stepName(step) {
-    return step === 300 ? "5 minutes" : step === 3600 ? "1 hour" : "1 day";
+    return step === 300 ? gettext("5 minutes") : step === 3600 ? gettext("1 hour") : gettext("1 day");
   }
 
   function localTimes() {
     ["window-from", "window-to"].forEach(function (id) {
       var el = document.getElementById(id);
-      if (el) { el.textContent = new Date(el.getAttribute("datetime")).toLocaleString(); }
+      if (el) {
+        el.textContent = new Intl.DateTimeFormat(lang, { dateStyle: "medium", timeStyle: "medium", timeZone: tz })
+          .format(new Date(el.getAttribute("datetime")));
+      }
     });
     var zone = document.getElementById("window-zone");
     if (zone) { zone.textContent = "(" + tz + ")"; }
     var hint = document.getElementById("period-zone");
-    if (hint) { hint.textContent = "(times in " + tz + ")"; }
+    if (hint) { hint.textContent = interpolate(gettext("(times in %(zone)s)"), { zone: tz }, true); }
   }
 
   function localInput(epoch) {
@@ -277,7 +302,7 @@
       var a = Math.floor(new Date(from.value).getTime() / 1000);
       var b = Math.floor(new Date(to.value).getTime() / 1000);
       if (!(a < b)) {
-        setStatus("The period's end must come after its start.", true);
+        setStatus(gettext("The period's end must come after its start."), true);
         return;
       }
       window.location.assign("/ops/?from=" + a + "&to=" + b);
@@ -292,10 +317,10 @@
   periodForm();
   if (!root) { return; }
   if (typeof uPlot === "undefined") {
-    setStatus("The chart library did not load; the figures below are complete.", true);
+    setStatus(gettext("The chart library did not load; the figures below are complete."), true);
     return;
   }
-  setStatus("Loading charts…", false);
+  setStatus(gettext("Loading charts…"), false);
   var url = "/ops/api/series?from=" + root.dataset.from + "&to=" + root.dataset.to + "&tz=" + encodeURIComponent(tz);
   fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
     .then(function (r) {
@@ -311,8 +336,8 @@
       ttft(d);
       faqTable(d);
       intentTable(d);
-      setStatus("Buckets of " + stepName(d.window.step) + ", times in " + tz + "; " + d.source.rolled_hours +
-        " hours read from the rollups, the rest from the raw rows.", false);
+      setStatus(interpolate(gettext("Buckets of %(step)s, times in %(zone)s; %(hours)s hours read from the rollups, the rest from the raw rows."),
+        { step: stepName(d.window.step), zone: tz, hours: d.source.rolled_hours }, true), false);
       root.dataset.ready = "1";
       var timer = null;
       window.addEventListener("resize", function () {
@@ -321,7 +346,7 @@
       });
     })
     .catch(function (e) {
-      setStatus("Charts could not be loaded: " + e.message, true);
+      setStatus(interpolate(gettext("Charts could not be loaded: %(error)s"), { error: e.message }, true), true);
       root.dataset.ready = "error";
     });
 })();

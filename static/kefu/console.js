@@ -462,7 +462,9 @@
     // The shopper's face (issue 31): who (displayName), when they last wrote ("3 min"), how long
     // they have waited, their language, and their own last words (never a bot notice).
     const head = el("span", "queue__head");
-    const name = el("span", "queue__name", displayName(row));
+    // An e-mail left for a reply is marked as one (✉): the agent may answer there.
+    const byMail = !(row.customer && row.customer.name) && row.contact_email;
+    const name = el("span", byMail ? "queue__name queue__contact" : "queue__name", byMail ? `✉ ${row.contact_email}` : displayName(row));
     name.title = shortId(row.id);
     head.append(name);
     const said = row.last_shopper;

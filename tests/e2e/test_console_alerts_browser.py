@@ -48,7 +48,9 @@ def test_a_handoff_and_an_unread_message_notify_count_in_the_title_and_raise_a_b
     kefu = live_kefu()
     create_agent(kefu, "alice", "Alice", "correct horse battery")
     errors: list[str] = []
-    context = browser.new_context(permissions=["notifications"], base_url=kefu.base)
+    context = browser.new_context(
+        permissions=["notifications"], base_url=kefu.base, viewport={"width": 1280, "height": 800}
+    )
     context.add_init_script(RECORD)
     agent = context.new_page()
     watch(agent, errors)
@@ -89,6 +91,16 @@ def test_a_handoff_and_an_unread_message_notify_count_in_the_title_and_raise_a_b
     agent.click("#btn-take")
     expect(agent.locator("#detail-status")).to_have_text("With an agent: you", timeout=20000)
     expect(agent).to_have_title("Agent console", timeout=20000)
+    # At 1280×800 the open conversation gets most of the screen: the message log at least half
+    # the viewport's height (about 190 px before), with the handoff packet shown and the reply
+    # box still in view.
+    expect(agent.locator("#packet")).to_be_visible()
+    log = agent.locator("#log").bounding_box()
+    reply = agent.locator("#reply").bounding_box()
+    detail = agent.locator("#detail").bounding_box()
+    assert log is not None and reply is not None and detail is not None
+    assert log["height"] >= 400, log
+    assert reply["y"] + reply["height"] <= min(800, detail["y"] + detail["height"]), (reply, detail)
 
     # The agent looks at another conversation; the shopper writes: notification, title count and
     # banner, and the row is marked unread.

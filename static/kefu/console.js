@@ -156,9 +156,18 @@
         state.next[f.status] = f.next ? f.next[f.status] : null;
         state.moreBusy[f.status] = false;
         return renderLists();
-      case "queue.counts":
+      case "queue.counts": {
+        // A conversation this console does not list (past its loaded pages) started waiting: the
+        // count rose. Notified and counted in the title; no banner, there is no row to open.
+        const before = state.counts.waiting_agent;
         state.counts = f.counts;
+        if (typeof before === "number" && (f.counts.waiting_agent || 0) > before) {
+          const title = alertText("waitingMore", { count: f.counts.waiting_agent });
+          desktopNotify("waiting", "list", title, "");
+          beep();
+        }
         return renderLists();
+      }
       case "conversation.update":
         if (f.counts) state.counts = f.counts;
         else if (!f.status && !state.rows.has(f.conversation) && f.last_message && f.last_message.seq === 1) {

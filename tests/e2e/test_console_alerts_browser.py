@@ -155,3 +155,51 @@ def test_without_permission_a_button_asks_never_the_page_load(live_kefu, browser
     assert agent.evaluate("window.__asked") == 0
     agent.click("#btn-notify-ask")
     agent.wait_for_function("() => window.__asked === 1", timeout=20000)
+
+
+# Two conversations already waiting, each with the shopper's question, and a bot conversation
+# more recent than the browser shopper's (which is then on the bot section's second page).
+WAITING = """
+import uuid
+from django.utils import timezone
+from chat.models import Conversation, Message
+for i in range(2):
+    c = Conversation.objects.create(token_hash="x" * 64, status="waiting_agent", last_seq=1, waiting_since=timezone.now())
+    Message.objects.create(conversation=c, seq=1, role="shopper", text=f"question {i}")
+c = Conversation.objects.create(token_hash="x" * 64, status="bot", last_seq=1)
+Message.objects.create(conversation=c, seq=1, role="shopper", text="just looking")
+"""
+
+
+def test_past_the_loaded_page_a_new_waiting_conversation_still_notifies_and_counts(live_kefu, browser):  # noqa: F811
+    import subprocess
+
+    from playwright.sync_api import expect
+    from test_console_browser import ROOT
+
+    # One row per page: the console lists one of the two waiting conversations and not the
+    # shopper's, so when the shopper asks for a person it learns only the new counts
+    # (queue.counts, docs/console.md#paging).
+    kefu = live_kefu(env={"KEFU_CONSOLE_PAGE": "1"})
+    create_agent(kefu, "alice", "Alice", "correct horse battery")
+    shopper = browser.new_context().new_page()
+    shopper.goto(kefu.base + "/")
+    shopper.click("kefu-chat >> .kefu-launcher")
+    shopper.fill("kefu-chat >> #kefu-input", "can I pay with paypal?")
+    shopper.press("kefu-chat >> #kefu-input", "Enter")
+    expect(shopper.locator("kefu-chat >> .kefu-msg--bot").last).to_contain_text("PayPal", timeout=20000)
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", WAITING], cwd=ROOT, env=kefu.env, check=True)
+    context = browser.new_context(permissions=["notifications"])
+    context.add_init_script(RECORD)
+    agent = context.new_page()
+    sign_in(agent, kefu)
+    expect(agent).to_have_title("(2) Agent console")
+    expect(agent.locator("#list-waiting .queue__item")).to_have_count(1)
+    expect(agent.locator("#list-bot .queue__item")).to_have_text([re.compile("just looking")])
+
+    shopper.fill("kefu-chat >> #kefu-input", "can I talk to a human please")
+    shopper.press("kefu-chat >> #kefu-input", "Enter")
+    agent.wait_for_function("() => window.__notes.length >= 1", timeout=20000)
+    assert agent.evaluate("window.__notes") == [{"title": "3 conversations waiting for a person", "body": ""}]
+    expect(agent).to_have_title("(3) Agent console")
+    expect(agent.locator("#list-waiting .queue__item")).to_have_count(1)

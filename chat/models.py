@@ -46,6 +46,9 @@ class Conversation(models.Model):
     token_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=ConversationStatus.choices, default=ConversationStatus.BOT)
     locale = models.CharField(max_length=8, default="en")
+    # The shopper's time zone as the widget reported it when the conversation started (an IANA
+    # name such as "Asia/Shanghai"; "" when unknown): names an anonymous visitor in the inbox.
+    time_zone = models.CharField(max_length=64, blank=True, default="")
     # Highest seq handed out; seqs are allocated under a row lock (see services.conversations.next_seq).
     last_seq = models.PositiveIntegerField(default=0)
     # Highest shopper seq the bot has answered or deliberately skipped (agent held the chat).

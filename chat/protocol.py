@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
+import zoneinfo
 from typing import Any, Literal, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 1
@@ -251,6 +252,24 @@ class ProtocolError(Exception):
         self.code = code
         self.message = message
         self.client_id = client_id
+
+
+def valid_time_zone(content: dict[str, Any]) -> str:
+    """The ``time_zone`` of a ``hello`` (an extension, docs/protocol.md §4.2): an IANA name such
+    as ``"Asia/Shanghai"`` this server's time zone database knows, else ``""`` (absent, or a name
+    it does not know: a browser may report one newer than the server's database, and the chat
+    must not fail for it). Raises :class:`ProtocolError` ``invalid`` when it is present but not a
+    string of 1 to 64 characters."""
+    zone = content.get("time_zone")
+    if zone is None:
+        return ""
+    if not isinstance(zone, str) or not 1 <= len(zone) <= 64:
+        raise ProtocolError("invalid", "time_zone must be an IANA time zone name of at most 64 characters")
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return ""
+    return zone
 
 
 def error_frame(code: str, message: str, client_id: str | None = None) -> ErrorFrame:

@@ -115,11 +115,19 @@ def _iso(value: Any) -> str | None:
 
 def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
-    ``{"id", "status", "agent", "locale", "waiting_since", "updated_at", "reason", "contact_email",
-    "customer": {"id", "name", "email"} | None (a verified customer, chat.identity),
-    "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None}``."""
+    ``{"id", "status", "agent", "locale", "time_zone", "waiting_since", "updated_at", "reason",
+    "contact_email", "customer": {"id", "name", "email"} | None (a verified customer, chat.identity),
+    "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None,
+    "last_shopper": {"seq", "text" (≤200 code points), "at" (ISO 8601)} | None}``.
+    ``last_shopper`` is what the shopper last wrote (never a bot answer or a system notice such as
+    "No one is online"); ``time_zone`` the widget's IANA time zone ("" when unknown): the console
+    names an anonymous shopper "Visitor · time zone · language" with it (issue 31)."""
     last = Message.objects.filter(conversation=OuterRef("pk")).order_by("-seq")
+    said = last.filter(role="shopper")
     rows = queryset.annotate(
+        said_seq=Subquery(said.values("seq")[:1]),
+        said_text=Subquery(said.values("text")[:1]),
+        said_at=Subquery(said.values("created_at")[:1]),
         last_seq_v=Subquery(last.values("seq")[:1]),
         last_role=Subquery(last.values("role")[:1]),
         last_text=Subquery(last.values("text")[:1]),
@@ -130,6 +138,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "status",
         "agent_name",
         "locale",
+        "time_zone",
         "waiting_since",
         "updated_at",
         "handoff_reason",
@@ -142,6 +151,9 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "last_text",
         "last_route",
         "last_agent",
+        "said_seq",
+        "said_text",
+        "said_at",
     )
     out = []
     for r in rows:
@@ -158,6 +170,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                 "status": r["status"],
                 "agent": r["agent_name"],
                 "locale": r["locale"],
+                "time_zone": r["time_zone"],
                 "waiting_since": _iso(r["waiting_since"]),
                 "updated_at": _iso(r["updated_at"]),
                 "reason": r["handoff_reason"],
@@ -168,6 +181,11 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                     else None
                 ),
                 "last_message": last_message,
+                "last_shopper": (
+                    {"seq": r["said_seq"], "text": (r["said_text"] or "")[:200], "at": _iso(r["said_at"])}
+                    if r["said_seq"] is not None
+                    else None
+                ),
             }
         )
     return out

@@ -35,7 +35,15 @@ from .. import (
     streams,
 )
 from ..models import Message, MessageState
-from ..protocol import PROTOCOL_VERSION, ProtocolError, error_frame, parse_uuid, validate_contact, validate_message
+from ..protocol import (
+    PROTOCOL_VERSION,
+    ProtocolError,
+    error_frame,
+    parse_uuid,
+    valid_time_zone,
+    validate_contact,
+    validate_message,
+)
 from .base import CLOSE_FORBIDDEN, CLOSE_IDENTITY, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
 
 log = logging.getLogger(__name__)
@@ -145,6 +153,7 @@ class ShopperConsumer(FrameSocket):
             raise ProtocolError("invalid", "after must be a non-negative integer")
         # A language kefu detects (KEFU_LANGUAGES), by its primary subtag ("es-MX" -> "es"); else English.
         locale = supported_locale(content.get("locale"))
+        time_zone = valid_time_zone(content)
         who: identity.ShopperIdentity | None = None
         if content.get("identity") is not None:
             # A signed identity token from the store (chat.identity): refused -> an error frame
@@ -186,7 +195,7 @@ class ShopperConsumer(FrameSocket):
                 after = 0  # another conversation than the one this browser asked for: all of it
         elif conv is None:
             conv, token = await database_sync_to_async(services.conversation_start)(
-                locale=locale, address_key=identity.address_key(self.address)
+                locale=locale, address_key=identity.address_key(self.address), time_zone=time_zone
             )
             resumed = False
         # Join before reading the replay: a frame published in between is then both replayed and

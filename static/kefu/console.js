@@ -29,6 +29,8 @@
     histMore: false,
     histBusy: false,
     open: null, // followed conversation id
+    // Conversations this agent holds with shopper messages it has not looked at yet (alerts).
+    unread: new Set(),
     info: null, // its row
     msgs: new Map(), // message id -> {el, text, streaming}
     lastTypingAt: 0,
@@ -154,9 +156,18 @@
         state.next[f.status] = f.next ? f.next[f.status] : null;
         state.moreBusy[f.status] = false;
         return renderLists();
-      case "queue.counts":
+      case "queue.counts": {
+        // A conversation this console does not list (past its loaded pages) started waiting: the
+        // count rose. Notified and counted in the title; no banner, there is no row to open.
+        const before = state.counts.waiting_agent;
         state.counts = f.counts;
+        if (typeof before === "number" && (f.counts.waiting_agent || 0) > before) {
+          const title = alertText("waitingMore", { count: f.counts.waiting_agent });
+          desktopNotify("waiting", "list", title, "");
+          beep();
+        }
         return renderLists();
+      }
       case "conversation.update":
         if (f.counts) state.counts = f.counts;
         else if (!f.status && !state.rows.has(f.conversation) && f.last_message && f.last_message.seq === 1) {
@@ -166,6 +177,7 @@
       case "handoff":
         state.rows.set(f.conversation, f.info);
         renderLists();
+        alertFor("waiting", f.conversation, f.packet && f.packet.shopper_request ? f.packet.shopper_request.text : "");
         notify(`New conversation waiting for an agent: ${shortId(f.conversation)}${f.packet && f.packet.shopper_request ? " — “" + f.packet.shopper_request.text + "”" : ""}`);
         if (f.conversation === state.open) showPacket(f.packet);
         return;
@@ -231,7 +243,18 @@
     if (f.contact_email) row.contact_email = f.contact_email;
     if (f.last_message && (!row.last_message || f.last_message.seq >= row.last_message.seq)) row.last_message = f.last_message;
     row.updated_at = new Date().toISOString();
+    if (f.last_message && f.last_message.role === "shopper") row.last_shopper = { text: f.last_message.text, at: row.updated_at };
     state.rows.set(row.id, row);
+    if (f.status && f.status !== "waiting_agent") dropAlert(row.id, "waiting"); // taken, handed back or closed
+    if (f.status && !(f.status === "agent" && row.agent === state.me)) {
+      state.unread.delete(row.id); // no longer this agent's
+      dropAlert(row.id, "unread");
+    }
+    if (f.last_message && f.last_message.role === "shopper" && row.status === "agent" && row.agent === state.me
+      && (row.id !== state.open || document.hidden)) {
+      state.unread.add(row.id);
+      alertFor("unread", row.id, f.last_message.text);
+    }
     renderLists();
     if (row.id === state.open) {
       state.info = row;
@@ -244,12 +267,19 @@
     return String(id).slice(0, 8);
   }
 
+  // "45 s", "3 min", "2 h 05", "4 d": units translated in the list's data-* attributes.
   function since(iso) {
     if (!iso) return "";
     const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
-    if (s < 60) return `${s}s`;
-    if (s < 3600) return `${Math.floor(s / 60)}m`;
-    return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}`;
+    if (s < 60) return rowText("sec", { n: s });
+    if (s < 3600) return rowText("min", { n: Math.floor(s / 60) });
+    if (s < 86400) return rowText("hour", { n: Math.floor(s / 3600), m: String(Math.floor((s % 3600) / 60)).padStart(2, "0") });
+    return rowText("day", { n: Math.floor(s / 86400) });
+  }
+
+  function rowText(key, vars) {
+    const text = $("queue").dataset[key] || key;
+    return text.replace(/\{(\w+)\}/g, (_, k) => (vars && vars[k] != null ? vars[k] : ""));
   }
 
   function renderLists() {
@@ -271,7 +301,152 @@
         more.disabled = !!state.moreBusy[status];
       }
     }
+    renderTitle();
   }
+
+  // --- alerts (docs/console.md#alerts) ----------------------------------------------------------
+  // A conversation that starts waiting for a person, and a shopper message in a conversation this
+  // agent holds but is not looking at: a desktop notification (only once the agent allowed them:
+  // permission is asked by a button, never on load), a short synthesised sound (a per-agent
+  // setting kept in this browser), the tab title's count and a banner that stays until the
+  // conversation is opened or taken. Texts come translated in #alerts' data-* attributes.
+  const ALERTS = $("alerts");
+  const alertText = (key, vars) => (ALERTS.dataset[key] || key).replace(/\{(\w+)\}/g, (_, k) => (vars && vars[k] != null ? vars[k] : ""));
+  const SOUND_KEY = "kefu.console.sound";
+
+  // Who the shopper is: the verified customer's name, else the e-mail left, else "Visitor · time
+  // zone · language" (what the widget reported; no IP geolocation).
+  function displayName(row) {
+    if (!row) return alertText("visitor");
+    if (row.customer && row.customer.name) return row.customer.name;
+    const email = row.contact_email || (row.customer && row.customer.email);
+    if (email) return email;
+    return [alertText("visitor"), row.time_zone, row.locale].filter(Boolean).join(" · ");
+  }
+
+  function waitingCount() {
+    const counted = state.counts.waiting_agent;
+    let listed = 0;
+    for (const row of state.rows.values()) if (row.status === "waiting_agent") listed += 1;
+    return typeof counted === "number" ? Math.max(counted, listed) : listed;
+  }
+
+  function renderTitle() {
+    const n = waitingCount() + state.unread.size;
+    document.title = n > 0 ? `(${n}) ${alertText("title")}` : alertText("title");
+  }
+
+  function alertFor(kind, id, text) {
+    const row = state.rows.get(id);
+    const looking = id === state.open && !document.hidden;
+    const title = alertText(kind, { name: displayName(row) });
+    if (!looking) showBanner(kind, id, title, text);
+    desktopNotify(kind, id, title, text);
+    beep();
+    renderTitle();
+  }
+
+  function showBanner(kind, id, title, text) {
+    dropAlert(id, kind);
+    const li = el("li", `alert alert--${kind}`);
+    li.dataset.id = id;
+    li.dataset.kind = kind;
+    li.append(el("strong", "alert__title", title));
+    if (text) li.append(el("span", "alert__text", `“${text}”`));
+    const open = el("button", "btn btn--primary alert__open", alertText("open"));
+    open.type = "button";
+    open.addEventListener("click", () => openConversation(id));
+    const dismiss = el("button", "btn btn--link alert__dismiss", "×");
+    dismiss.type = "button";
+    dismiss.setAttribute("aria-label", alertText("dismiss"));
+    dismiss.addEventListener("click", () => li.remove());
+    li.append(open, dismiss);
+    ALERTS.append(li);
+  }
+
+  // Remove the banners of conversation ``id`` (of one kind, or all), and refresh the title.
+  function dropAlert(id, kind) {
+    for (const li of Array.from(ALERTS.children)) if (li.dataset.id === id && (!kind || li.dataset.kind === kind)) li.remove();
+    renderTitle();
+  }
+
+  function desktopNotify(kind, id, title, text) {
+    if (!("Notification" in window) || Notification.permission !== "granted") return;
+    try {
+      const n = new Notification(title, { body: text || "", tag: `kefu-${kind}-${id}` });
+      n.onclick = () => {
+        window.focus();
+        openConversation(id);
+        n.close();
+      };
+    } catch (e) {
+      // Some browsers allow notifications from a service worker only: the banner and title remain.
+    }
+  }
+
+  function renderNotifyAsk() {
+    const ask = $("btn-notify-ask");
+    ask.hidden = !("Notification" in window) || Notification.permission !== "default";
+  }
+  $("btn-notify-ask").addEventListener("click", () => {
+    // Asked only on this click (browsers ignore or penalise a request made on page load).
+    Promise.resolve(Notification.requestPermission()).then((p) => {
+      renderNotifyAsk();
+      if (p === "denied") notify(alertText("denied"), true);
+    });
+  });
+  renderNotifyAsk();
+
+  function soundOn() {
+    try {
+      return localStorage.getItem(SOUND_KEY) !== "off";
+    } catch (e) {
+      return true;
+    }
+  }
+  $("sound-on").checked = soundOn();
+  $("sound-on").addEventListener("change", (e) => {
+    try {
+      localStorage.setItem(SOUND_KEY, e.target.checked ? "on" : "off");
+    } catch (err) {
+      // private mode: the setting lasts for this page only
+    }
+    if (e.target.checked) beep();
+  });
+
+  // Two short sine tones (880 Hz then 660 Hz, 120 ms each) made with WebAudio: no sound file.
+  let audio = null;
+  function beep() {
+    if (!$("sound-on").checked) return;
+    const Ctx = window.AudioContext || window.webkitAudioContext;
+    if (!Ctx) return;
+    try {
+      audio = audio || new Ctx();
+      if (audio.state === "suspended") audio.resume();
+      const t0 = audio.currentTime;
+      [880, 660].forEach((hz, i) => {
+        const osc = audio.createOscillator();
+        const gain = audio.createGain();
+        const start = t0 + i * 0.14;
+        osc.frequency.value = hz;
+        gain.gain.setValueAtTime(0.0001, start);
+        gain.gain.exponentialRampToValueAtTime(0.2, start + 0.02);
+        gain.gain.exponentialRampToValueAtTime(0.0001, start + 0.12);
+        osc.connect(gain).connect(audio.destination);
+        osc.start(start);
+        osc.stop(start + 0.13);
+      });
+    } catch (e) {
+      // no audio output: the other alerts remain
+    }
+  }
+
+  // Back on the tab with a conversation open: its new messages are read now.
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden || !state.open) return;
+    state.unread.delete(state.open);
+    dropAlert(state.open, "unread");
+  });
 
   function loadMoreRows(status) {
     const after = state.next[status];
@@ -293,20 +468,26 @@
     if (row.id === state.open) li.classList.add("is-open");
     const btn = el("button", "queue__btn");
     btn.type = "button";
+    // The shopper's face (issue 31): who (displayName), when they last wrote ("3 min"), how long
+    // they have waited, their language, and their own last words (never a bot notice).
     const head = el("span", "queue__head");
-    head.append(el("span", "queue__id", shortId(row.id)));
-    if (row.status === "waiting_agent") head.append(el("span", "queue__wait", `waiting ${since(row.waiting_since)}`));
-    if (row.status === "agent") head.append(el("span", "queue__agent", row.agent || "agent"));
-    if (row.contact_email) head.append(el("span", "queue__contact", `✉ ${row.contact_email}`));
-    if (row.customer) head.append(el("span", "queue__customer", `✔ ${row.customer.name || row.customer.id}`));
+    // An e-mail left for a reply is marked as one (✉): the agent may answer there.
+    const byMail = !(row.customer && row.customer.name) && row.contact_email;
+    const name = el("span", byMail ? "queue__name queue__contact" : "queue__name", byMail ? `✉ ${row.contact_email}` : displayName(row));
+    name.title = shortId(row.id);
+    head.append(name);
+    const said = row.last_shopper;
+    const at = (said && said.at) || row.updated_at;
+    if (at) head.append(el("span", "queue__time", rowText("ago", { time: since(at) })));
     btn.append(head);
-    const last = row.last_message;
-    if (last) {
-      const line = el("span", "queue__last");
-      line.append(el("span", "queue__role", `${ROLE_LABEL[last.role] || last.role}: `), document.createTextNode(last.text));
-      if (last.route) line.append(el("span", "badge", last.route));
-      btn.append(line);
-    }
+    const facts = el("span", "queue__head queue__facts");
+    facts.append(el("span", "queue__lang", row.locale || ""));
+    if (row.status === "waiting_agent") facts.append(el("span", "queue__wait", rowText("waiting", { time: since(row.waiting_since) })));
+    if (row.status === "agent") facts.append(el("span", "queue__agent", row.agent || "agent"));
+    if (row.customer) facts.append(el("span", "queue__customer", "✔"));
+    if (state.unread.has(row.id)) li.classList.add("is-unread");
+    btn.append(facts);
+    if (said && said.text) btn.append(el("span", "queue__last", said.text));
     btn.addEventListener("click", () => openConversation(row.id));
     li.append(btn);
     return li;
@@ -320,6 +501,8 @@
   // --- one conversation ------------------------------------------------------------------------
   function openConversation(id) {
     state.open = id;
+    state.unread.delete(id);
+    dropAlert(id);
     state.info = state.rows.get(id) || null;
     state.msgs.clear();
     state.pendingWrong = null;
@@ -396,6 +579,12 @@
 
   function onHistory(f) {
     state.info = Object.assign({}, state.rows.get(f.conversation) || {}, f.info);
+    const listed = state.rows.get(f.conversation);
+    if (listed) {
+      // The stored row's face (time zone, the shopper's last words) for a row that came live.
+      for (const key of ["time_zone", "locale", "customer", "contact_email", "last_shopper"]) listed[key] = f.info[key];
+      renderLists();
+    }
     // The newest page. Sent again after a reconnect or a resync, it does not forget older pages
     // already loaded.
     if (state.histBefore == null || (f.before != null && f.before <= state.histBefore)) {

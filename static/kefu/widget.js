@@ -1086,6 +1086,13 @@
     ws.addEventListener("open", () => {
       if (ws !== state.ws) return;
       const hello = { type: "hello", locale: LOCALE };
+      // The shopper's time zone (IANA name) names an anonymous visitor in the agents' inbox.
+      try {
+        const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+        if (zone) hello.time_zone = zone;
+      } catch (e) {
+        // an old browser without Intl time zones: the inbox shows the language only
+      }
       if (state.conversation && state.token) {
         hello.conversation = state.conversation;
         hello.token = state.token;

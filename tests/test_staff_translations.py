@@ -17,7 +17,7 @@ LOCALE = ROOT / "locale"
 LANGUAGES = ("en", "zh_Hans")
 DOMAINS = ("django", "djangojs")
 # The staff pages' scripts whose strings go through gettext() (the catalog's domain).
-STAFF_SCRIPTS = (ROOT / "static" / "kefu" / "ops.js",)
+STAFF_SCRIPTS = (ROOT / "static" / "kefu" / "ops.js", ROOT / "static" / "kefu" / "console.js")
 
 
 def entries(po: Path) -> list[tuple[str, str, bool]]:

@@ -4,6 +4,13 @@
 (function () {
   "use strict";
 
+  // The catalog's functions (Django's JavaScriptCatalog at /console/i18n/js/, loaded before this
+  // script): the agent's language; the English text as it is when the catalog did not load.
+  const gettext = window.gettext || ((s) => s);
+  const interpolate = window.interpolate || ((fmt, obj, named) => {
+    let i = 0;
+    return named ? fmt.replace(/%\((\w+)\)s/g, (m, k) => String(obj[k])) : fmt.replace(/%s/g, () => String(obj[i++]));
+  });
   const $ = (id) => document.getElementById(id);
   const el = (tag, cls, text) => {
     const node = document.createElement(tag);
@@ -55,25 +62,27 @@
     return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   }
 
-  const ROLE_LABEL = { shopper: "Shopper", bot: "Bot", agent: "Agent", system: "Notice" };
+  const ROLE_LABEL = { shopper: gettext("Shopper"), bot: gettext("Bot"), agent: gettext("Agent"), system: gettext("Notice") };
   const ORDER_STATUS = {
-    placed: "Placed, not packed yet",
-    packed: "Being packed",
-    shipped: "Shipped",
-    delivered: "Delivered",
-    cancelled: "Cancelled",
-    returned: "Returned",
+    placed: gettext("Placed, not packed yet"),
+    packed: gettext("Being packed"),
+    shipped: gettext("Shipped"),
+    delivered: gettext("Delivered"),
+    cancelled: gettext("Cancelled"),
+    returned: gettext("Returned"),
   };
-  const ORDER_SOURCE = { verified: "verified customer", proved: "proved in this chat", none: "" };
+  const ORDER_SOURCE = { verified: gettext("verified customer"), proved: gettext("proved in this chat"), none: "" };
   const ORDER_CONFIRM = {
-    cancel: (n) => `Cancel order ${n} for the shopper? It is refunded in full and the shopper is told in this chat.`,
-    return: (n) => `Start a return of order ${n} for the shopper? The store sends them the label and they are told in this chat.`,
+    cancel: (n) => interpolate(gettext("Cancel order %s for the shopper? It is refunded in full and the shopper is told in this chat."), [n]),
+    return: (n) => interpolate(gettext("Start a return of order %s for the shopper? The store sends them the label and they are told in this chat."), [n]),
   };
+  // Dates in the orders panel, in the page's language (the agent's, from <html lang>).
+  const ORDER_DATE = new Intl.DateTimeFormat(document.documentElement.lang || undefined, { dateStyle: "medium", timeStyle: "short" });
   const STATUS_LABEL = {
-    bot: "Bot is answering",
-    waiting_agent: "Waiting for an agent",
-    agent: "With an agent",
-    closed: "Closed",
+    bot: gettext("Bot is answering"),
+    waiting_agent: gettext("Waiting for an agent"),
+    agent: gettext("With an agent"),
+    closed: gettext("Closed"),
   };
 
   // --- socket --------------------------------------------------------------------------------
@@ -81,10 +90,10 @@
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     const ws = new WebSocket(`${scheme}//${location.host}${document.body.dataset.wsPath || "/ws/agent/"}`);
     state.ws = ws;
-    setConn("Connecting…", "connecting");
+    setConn(gettext("Connecting…"), "connecting");
     ws.addEventListener("open", () => {
       state.attempts = 0;
-      setConn("Online", "online");
+      setConn(gettext("Online"), "online");
     });
     ws.addEventListener("message", (event) => {
       let frame;
@@ -98,11 +107,11 @@
     ws.addEventListener("close", (event) => {
       state.ws = null;
       if (event.code === 4403) {
-        setConn("Not allowed: sign in as an agent", "offline");
+        setConn(gettext("Not allowed: sign in as an agent"), "offline");
         location.assign("/console/login/?next=/console/");
         return;
       }
-      setConn("Offline — reconnecting…", "offline");
+      setConn(gettext("Offline — reconnecting…"), "offline");
       const delay = Math.min(15000, 500 * 2 ** state.attempts++) * (0.5 + Math.random() / 2);
       setTimeout(connect, delay);
     });
@@ -178,7 +187,7 @@
         state.rows.set(f.conversation, f.info);
         renderLists();
         alertFor("waiting", f.conversation, f.packet && f.packet.shopper_request ? f.packet.shopper_request.text : "");
-        notify(`New conversation waiting for an agent: ${shortId(f.conversation)}${f.packet && f.packet.shopper_request ? " — “" + f.packet.shopper_request.text + "”" : ""}`);
+        notify(`${interpolate(gettext("New conversation waiting for an agent: %s"), [shortId(f.conversation)])}${f.packet && f.packet.shopper_request ? " — “" + f.packet.shopper_request.text + "”" : ""}`);
         if (f.conversation === state.open) showPacket(f.packet);
         return;
       case "error":
@@ -483,7 +492,7 @@
     const facts = el("span", "queue__head queue__facts");
     facts.append(el("span", "queue__lang", row.locale || ""));
     if (row.status === "waiting_agent") facts.append(el("span", "queue__wait", rowText("waiting", { time: since(row.waiting_since) })));
-    if (row.status === "agent") facts.append(el("span", "queue__agent", row.agent || "agent"));
+    if (row.status === "agent") facts.append(el("span", "queue__agent", row.agent || gettext("agent")));
     if (row.customer) facts.append(el("span", "queue__customer", "✔"));
     if (state.unread.has(row.id)) li.classList.add("is-unread");
     btn.append(facts);
@@ -521,7 +530,7 @@
     $("orders-source").textContent = "";
     $("detail").hidden = false;
     $("empty").hidden = true;
-    $("detail-title").textContent = `Conversation ${shortId(id)}`;
+    $("detail-title").textContent = interpolate(gettext("Conversation %s"), [shortId(id)]);
     $("link-transcript").href = `/console/conversations/${id}/`;
     renderLists();
     renderStatus();
@@ -659,7 +668,7 @@
     if (!p) return;
     state.pending.delete(clientId);
     p.el.classList.add("msg--failed");
-    p.el.querySelector(".msg__meta").textContent = `Not sent: ${why}`;
+    p.el.querySelector(".msg__meta").textContent = interpolate(gettext("Not sent: %s"), [why]);
   }
 
   function onDelta(f) {
@@ -712,22 +721,22 @@
 
   function renderMeta(rec, id) {
     const m = rec.m;
-    const who = m.role === "agent" ? `${m.agent || "Agent"} (agent)` : ROLE_LABEL[m.role] || m.role;
+    const who = m.role === "agent" ? interpolate(gettext("%s (agent)"), [m.agent || gettext("Agent")]) : ROLE_LABEL[m.role] || m.role;
     rec.meta.replaceChildren(el("span", "msg__who", who));
     if (m.route) {
       const badge = el("span", "badge", m.route);
-      if (m.reason) badge.title = `Why: ${m.reason}`;
+      if (m.reason) badge.title = interpolate(gettext("Why: %s"), [m.reason]);
       rec.meta.append(badge);
       if (m.reason) rec.meta.append(el("span", "route-reason", m.reason));
     }
     if ((m.flags || []).includes("prompt_injection")) {
       // The shopper tried to override the assistant's instructions (routing/decide/injection.py).
-      rec.meta.append(el("span", "badge badge--warn", "possible prompt injection"));
+      rec.meta.append(el("span", "badge badge--warn", gettext("possible prompt injection")));
     }
-    if (m.superseded) rec.meta.append(el("span", "badge", "dropped: the shopper kept typing"));
-    else if (m.cut) rec.meta.append(el("span", "badge badge--warn", "cut"));
+    if (m.superseded) rec.meta.append(el("span", "badge", gettext("dropped: the shopper kept typing")));
+    else if (m.cut) rec.meta.append(el("span", "badge badge--warn", gettext("cut")));
     if (rec.marked) {
-      rec.meta.append(el("span", "badge badge--warn", "marked wrong"));
+      rec.meta.append(el("span", "badge badge--warn", gettext("marked wrong")));
     } else if (m.role === "bot" && !m.streaming && (m.cached || String(m.route || "").startsWith("cache."))) {
       rec.meta.append(wrongButton(id));
     }
@@ -736,16 +745,16 @@
   // "Wrong answer" on a bot answer served from the answer cache: evicts the cached entry (any agent
   // may, not only the holder). A real <button>: reachable with Tab, activated with Enter or Space.
   function wrongButton(id) {
-    const btn = el("button", "btn btn--link msg__wrong", "Wrong answer");
+    const btn = el("button", "btn btn--link msg__wrong", gettext("Wrong answer"));
     btn.type = "button";
-    btn.title = "This cached answer is wrong: remove it from the answer cache";
-    btn.setAttribute("aria-label", "Mark this cached answer wrong and remove it from the answer cache");
+    btn.title = gettext("This cached answer is wrong: remove it from the answer cache");
+    btn.setAttribute("aria-label", gettext("Mark this cached answer wrong and remove it from the answer cache"));
     btn.addEventListener("click", () => {
       if (state.pendingWrong != null) return;
       if (send({ type: "cache.wrong", conversation: state.open, message: id })) {
         state.pendingWrong = id;
         btn.disabled = true;
-        btn.textContent = "Marking…";
+        btn.textContent = gettext("Marking…");
       }
     });
     return btn;
@@ -758,8 +767,8 @@
       rec.marked = true;
       renderMeta(rec, f.message);
     }
-    notify(f.evicted ? "Marked wrong: removed from the answer cache; the next shopper who asks gets a fresh answer."
-      : "Marked wrong: this answer had already left the answer cache.");
+    notify(f.evicted ? gettext("Marked wrong: removed from the answer cache; the next shopper who asks gets a fresh answer.")
+      : gettext("Marked wrong: this answer had already left the answer cache."));
   }
 
   function wrongFailed() {
@@ -790,21 +799,22 @@
     const info = state.info || {};
     const status = info.status || "bot";
     let text = STATUS_LABEL[status] || status;
-    if (status === "agent") text += `: ${info.agent === state.me ? "you" : info.agent}`;
-    if (info.contact_email) text += ` · reply by e-mail: ${info.contact_email}`;
+    if (status === "agent") text += `: ${info.agent === state.me ? gettext("you") : info.agent}`;
+    if (info.contact_email) text += ` · ${interpolate(gettext("reply by e-mail: %s"), [info.contact_email])}`;
     $("detail-status").textContent = text;
     // The customer the store's signed identity token named (never typed by the shopper).
     const c = info.customer;
     $("detail-customer").textContent = c
-      ? `Verified customer: ${c.name || "(no name)"}${c.email ? ` <${c.email}>` : ""} · id ${c.id}`
-      : "Anonymous shopper (not signed in)";
+      ? interpolate(gettext("Verified customer: %(name)s%(email)s · id %(id)s"),
+        { name: c.name || gettext("(no name)"), email: c.email ? ` <${c.email}>` : "", id: c.id }, true)
+      : gettext("Anonymous shopper (not signed in)");
     $("detail").dataset.status = status;
     $("btn-take").disabled = status === "agent";
     $("btn-back").disabled = !mine();
     $("btn-close").disabled = status === "closed" || (status === "agent" && !mine());
     $("reply").disabled = !mine();
     $("btn-send").disabled = !mine();
-    $("reply").placeholder = mine() ? "Reply to the shopper (Enter to send, Shift+Enter for a new line)" : "Take the conversation over to reply";
+    $("reply").placeholder = mine() ? gettext("Reply to the shopper (Enter to send, Shift+Enter for a new line)") : gettext("Take the conversation over to reply");
     renderOrders(); // its buttons are for the agent holding the conversation
   }
 
@@ -812,10 +822,10 @@
   function loadOrders() {
     if (!state.open) return;
     $("orders").hidden = false;
-    $("orders-hint").textContent = "Loading…";
+    $("orders-hint").textContent = gettext("Loading…");
     state.ordersReq = newClientId();
     if (!send({ type: "orders", conversation: state.open, request_id: state.ordersReq })) {
-      $("orders-hint").textContent = "Offline: the orders load when the console is back online.";
+      $("orders-hint").textContent = gettext("Offline: the orders load when the console is back online.");
     }
   }
 
@@ -823,14 +833,14 @@
     state.orders = f.orders || [];
     $("orders-source").textContent = ORDER_SOURCE[f.source] ? `(${ORDER_SOURCE[f.source]})` : "";
     $("orders-hint").textContent = state.orders.length ? ""
-      : f.source === "none" ? "Anonymous shopper: no order proved in this chat (the bot asks for the order number and its e-mail address)."
-        : "No orders.";
+      : f.source === "none" ? gettext("Anonymous shopper: no order proved in this chat (the bot asks for the order number and its e-mail address).")
+        : gettext("No orders.");
     renderOrders();
   }
 
   function ordersFailed(f) {
     state.ordersReq = null;
-    $("orders-hint").textContent = f.code === "not_configured" ? "No store is connected." : `Orders unavailable: ${f.message || f.code}`;
+    $("orders-hint").textContent = f.code === "not_configured" ? gettext("No store is connected.") : interpolate(gettext("Orders unavailable: %s"), [f.message || f.code]);
   }
 
   function renderOrders() {
@@ -844,7 +854,9 @@
     head.append(el("span", "order__number", o.number), el("span", "order__status", ORDER_STATUS[o.status] || o.status));
     li.append(head);
     const placed = new Date(o.placed_at);
-    li.append(el("div", "order__meta", `${o.total} ${o.currency} · placed ${isNaN(placed) ? "" : placed.toLocaleDateString()}`));
+    const placedText = isNaN(placed) ? "" : ORDER_DATE.format(placed);
+    li.append(el("div", "order__meta", interpolate(gettext("%(total)s %(currency)s · placed %(date)s"),
+      { total: o.total, currency: o.currency, date: placedText }, true)));
     if ((o.items || []).length) {
       const items = el("ul", "order__items");
       for (const it of o.items) items.append(el("li", null, `${it.quantity} × ${it.title}`));
@@ -863,10 +875,10 @@
       }
       li.append(track);
     }
-    for (const r of o.refunds || []) li.append(el("div", "order__refund", `Refund ${r.amount} ${o.currency}: ${r.status}`));
+    for (const r of o.refunds || []) li.append(el("div", "order__refund", interpolate(gettext("Refund %(amount)s %(currency)s: %(status)s"), { amount: r.amount, currency: o.currency, status: r.status }, true)));
     const busy = Array.from(state.orderReqs.values()).some((r) => r.number === o.number);
     const actions = el("div", "order__actions");
-    actions.append(orderButton(o, "cancel", "Cancel", o.can_cancel, busy), orderButton(o, "return", "Start return", o.can_return, busy));
+    actions.append(orderButton(o, "cancel", gettext("Cancel"), o.can_cancel, busy), orderButton(o, "return", gettext("Start return"), o.can_return, busy));
     li.append(actions);
     const note = state.orderNotes.get(o.number);
     const result = el("p", `order__result${note && note.error ? " is-error" : ""}`, note ? note.text : "");
@@ -881,12 +893,12 @@
     const btn = el("button", "btn", label);
     btn.type = "button";
     btn.disabled = !possible || busy || !mine();
-    if (possible && !mine()) btn.title = "Take the conversation over first";
+    if (possible && !mine()) btn.title = gettext("Take the conversation over first");
     btn.addEventListener("click", () => {
       if (!mine() || !window.confirm(ORDER_CONFIRM[action](o.number))) return;
       const frame = { type: "order.action", conversation: state.open, order: o.number, action, request_id: newClientId() };
       state.orderReqs.set(frame.request_id, { frame, number: o.number });
-      state.orderNotes.set(o.number, { text: send(frame) ? "Working…" : "Offline: sent when the console is back online." });
+      state.orderNotes.set(o.number, { text: send(frame) ? gettext("Working…") : gettext("Offline: sent when the console is back online.") });
       renderOrders();
     });
     return btn;
@@ -899,11 +911,11 @@
     const number = req ? req.number : f.order.number;
     state.orders = state.orders.map((o) => (o.number === number || o.number === f.order.number ? f.order : o));
     const done = {
-      cancel: "Cancelled. The shopper was told.",
-      return: `Return ${f.return_id || ""} opened. The shopper was told.`,
-      change_address: "Address changed. The shopper was told.",
+      cancel: gettext("Cancelled. The shopper was told."),
+      return: interpolate(gettext("Return %s opened. The shopper was told."), [f.return_id || ""]),
+      change_address: gettext("Address changed. The shopper was told."),
     };
-    state.orderNotes.set(f.order.number, { text: f.repeated ? "Already done: nothing changed again." : done[f.action] || "Up to date." });
+    state.orderNotes.set(f.order.number, { text: f.repeated ? gettext("Already done: nothing changed again.") : done[f.action] || gettext("Up to date.") });
     renderOrders();
   }
 
@@ -911,17 +923,17 @@
     const req = state.orderReqs.get(f.request_id);
     state.orderReqs.delete(f.request_id);
     if (f.conversation !== state.open) return;
-    state.orderNotes.set(req.number, { text: `Not done: ${f.message || f.code}`, error: true });
+    state.orderNotes.set(req.number, { text: interpolate(gettext("Not done: %s"), [f.message || f.code]), error: true });
     renderOrders();
   }
 
   function showPacket(p) {
     if (!p) return;
     $("packet").hidden = false;
-    const why = [p.rule && `Rule: ${p.rule}`, p.route && `route ${p.route}`, p.reason].filter(Boolean).join(" · ");
-    $("packet-why").textContent = p.shopper_request ? `${why} — shopper: “${p.shopper_request.text}”` : why;
+    const why = [p.rule && interpolate(gettext("Rule: %s"), [p.rule]), p.route && interpolate(gettext("route %s"), [p.route]), p.reason].filter(Boolean).join(" · ");
+    $("packet-why").textContent = p.shopper_request ? interpolate(gettext("%(why)s — shopper: “%(text)s”"), { why, text: p.shopper_request.text }, true) : why;
     $("packet-summary").textContent = p.summary || "";
-    $("packet-told").replaceChildren(...(p.bot_told || []).map((b) => el("li", null, `[${b.route}${b.cut ? ", cut" : ""}] ${b.text}`)));
+    $("packet-told").replaceChildren(...(p.bot_told || []).map((b) => el("li", null, `[${b.route}${b.cut ? `, ${gettext("cut")}` : ""}] ${b.text}`)));
   }
 
   let typingTimer = null;
@@ -942,10 +954,10 @@
   function onSuggestion(f) {
     if (f.text) {
       $("reply").value = f.text; // a draft: the agent edits it and sends it, never sent on its own
-      $("suggest-hint").textContent = `Draft from ${f.route} — edit before sending`;
+      $("suggest-hint").textContent = interpolate(gettext("Draft from %s — edit before sending"), [f.route]);
       $("reply").focus();
     } else {
-      $("suggest-hint").textContent = "No suggestion for this conversation";
+      $("suggest-hint").textContent = gettext("No suggestion for this conversation");
     }
   }
 
@@ -977,7 +989,7 @@
   $("btn-orders").addEventListener("click", () => { loadOrders(); loadTask(); });
   $("btn-task-clear").addEventListener("click", clearTask);
   $("btn-suggest").addEventListener("click", () => {
-    $("suggest-hint").textContent = "Drafting…";
+    $("suggest-hint").textContent = gettext("Drafting…");
     send({ type: "suggest", conversation: state.open });
   });
   $("canned").addEventListener("change", (event) => {
@@ -993,13 +1005,13 @@
     const reply = $("reply");
     const text = reply.value;
     if (!text.trim() || !mine()) return;
-    if ([...text].length > state.maxChars) return notify(`At most ${state.maxChars} characters`, true);
+    if ([...text].length > state.maxChars) return notify(interpolate(gettext("At most %s characters"), [state.maxChars]), true);
     const frame = { type: "message", conversation: state.open, client_id: newClientId(), text };
     // Shown at once as "sending"; replaced by the stored message when the server acknowledges it,
     // resent after a reconnect until then (offline, it simply waits).
     const li = el("li", "msg msg--agent msg--pending");
     li.dataset.seq = String(Number.MAX_SAFE_INTEGER);
-    li.append(el("div", "msg__meta", "Sending…"), el("div", "msg__body", text));
+    li.append(el("div", "msg__meta", gettext("Sending…")), el("div", "msg__body", text));
     $("log").append(li);
     scrollLog();
     state.pending.set(frame.client_id, { frame, el: li });

@@ -61,3 +61,43 @@ def test_the_ops_page_and_its_script_speak_chinese_to_a_chinese_browser(live_kef
         expect(page.locator("button[type=submit].btn--primary")).to_have_text("Sign in")
         browser.close()
     assert errors == []
+
+
+def test_the_agent_console_script_speaks_chinese_to_a_chinese_browser(live_kefu, chromium):
+    """console.js writes its texts from the djangojs catalog: a zh-CN browser sees the connection
+    status in Chinese (issue 31, item 5), and the console's language switch turns it English."""
+    from playwright.sync_api import expect, sync_playwright
+
+    kefu = live_kefu()
+    subprocess.run(
+        [sys.executable, "manage.py", "create_agent", "alice", "--name", "Alice", "--password-stdin"],
+        cwd=ROOT,
+        env=kefu.env,
+        input="correct horse battery\n",
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=ARGS, headless=True)
+        context = browser.new_context(locale="zh-CN", timezone_id="Asia/Shanghai")
+        page = context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" and "favicon" not in m.text else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(kefu.base + "/console/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", "correct horse battery")
+        page.click("button[type=submit]")
+        expect(page).to_have_url(kefu.base + "/console/")
+        expect(page.locator(".topbar__title")).to_have_text("kefu · 客服台")
+        # Written by console.js (setConn) once the socket is open, from the catalog.
+        expect(page.locator("#conn")).to_have_text("在线", timeout=20000)
+        assert {c["name"]: c["value"] for c in context.cookies()}.get("kefu_tz") == "Asia/Shanghai"
+
+        page.select_option("#staff-language", "en")
+        page.click("#staff-language-set")
+        expect(page.locator(".topbar__title")).to_have_text("kefu · agent console")
+        expect(page.locator("#conn")).to_have_text("Online", timeout=20000)
+        browser.close()
+    assert errors == []

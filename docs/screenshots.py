@@ -7,7 +7,9 @@ Daphne on a free port, no Redis and no model key), creates an agent, opens a few
 conversations over ``/ws/chat/`` (in English and Chinese, with e-mails and time zones; some ask for
 a person and wait), then signs in at ``/console/login/`` in Debian's Chromium (Playwright,
 ``/usr/bin/chromium``) once as an English browser and once as a Chinese one (``zh-CN``, time zone
-Asia/Shanghai), opens the longest-waiting conversation and saves the page. Raises
+Asia/Shanghai), opens a waiting conversation in the browser's language and saves the page. It
+needs a Chinese font that fontconfig knows (Debian: ``fonts-wqy-microhei``), else the zh picture
+would show empty boxes: it stops first with ``RuntimeError``. Raises
 ``RuntimeError`` when kefu does not become healthy in 90 s, ``CalledProcessError`` when a
 management command fails and Playwright's ``TimeoutError`` when the console does not show what
 is waited for.

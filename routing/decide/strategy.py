@@ -81,6 +81,21 @@ def budget_decision(*, locale: str, reason: str) -> Decision:
     return Decision(route="handoff", locale=locale, text=answers.budget_text(locale), reason=f"budget: {reason}")
 
 
+def _loaded_once(history: HistoryLoader) -> HistoryLoader:
+    """``history`` with each ``(before_seq, turns)`` loaded at most once: within one decision the
+    accepted-offer check and the task step both read the last turn of a short "yes", which is
+    then one load (2 queries), not two."""
+    loaded: dict[tuple[int, int], History] = {}
+
+    async def load(*, before_seq: int, turns: int) -> History:
+        key = (before_seq, turns)
+        if key not in loaded:
+            loaded[key] = await history(before_seq=before_seq, turns=turns)
+        return loaded[key]
+
+    return load
+
+
 async def decide(*, question: Question, history: HistoryLoader, store_actions: bool = True) -> Decision:
     """Choose the route for ``question`` (see the module docstring). ``history`` is called only
     on the remote path, and not for a conversation's first message. ``store_actions``: False
@@ -89,6 +104,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     # No deployment is called before its endpoint's GET /models answered (routing.upstream.listing):
     # the first message of a process whose warm-up has not asked yet waits for it here.
     await check_tiers_async()
+    history = _loaded_once(history)
     text = question.text
     locale = detect_locale(text, question.locale)
     # A "yes" to the person the bot's last answer offered: a person, before any task or model.

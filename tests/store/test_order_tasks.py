@@ -364,6 +364,18 @@ async def test_only_a_piece_costs_the_task_query(make_client, order_faq, demo_or
     assert len(reads) == 1 and reads[0].sql.lstrip().upper().startswith("SELECT")
 
 
+async def test_a_bare_yes_reads_the_last_turn_once(make_client, order_faq, demo_orders, remote):
+    """A short "yes" is looked at by the accepted-offer check and by the task step, both on the
+    last turn: one history load (its conversation SELECT and its messages SELECT), not one each."""
+    client = await shopper(make_client)
+    await ask(client, "Which payment methods do you accept?")
+    with all_threads_queries() as captured:
+        end = await ask(client, "yes")
+    assert end["route"] == "decline"
+    loads = [s.sql for s in captured.snapshot() if s.sql.lstrip().startswith("SELECT") and "summary_upto_seq" in s.sql]
+    assert len(loads) == 1, loads
+
+
 async def test_a_request_for_a_person_is_no_piece_of_the_task(make_client, order_faq, demo_orders, remote):
     client = await shopper(make_client)
     await ask(client, "I want to cancel my order KF-1002")

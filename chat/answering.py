@@ -48,7 +48,7 @@ from lib.text import detect_language
 from routing import services as router
 from routing.types import AnswerRecord, History, HistoryLoader, Question
 
-from . import errors, events, fencing, handoff, selectors, services, streams, tasks
+from . import errors, events, fencing, handoff, photos, selectors, services, streams, tasks
 from .models import Conversation, ConversationStatus, Message
 from .notices import notice_frame
 
@@ -478,6 +478,9 @@ async def answer_message(
                 await asyncio.wait_for(router.router_wait_ready(), settings.KEFU_ANSWER_LEASE_S / 3)
             except TimeoutError:
                 await database_sync_to_async(services.claim_renew)(conversation_id=cid, seq=message.seq)
+    if message.attachments and not message.text.strip():
+        # Files alone: never asked of the router (no model sees a file); chat.photos answers.
+        return await _answer_files_only(conversation, message)
     # The shopper's language follows what they write: a message that shows its language plainly
     # makes it the conversation's, for the short turns after it ("ok", "y el azul?").
     detected = detect_language(message.text, conversation.locale)
@@ -635,6 +638,35 @@ async def _answer_fixed(conversation: Conversation, message: Message, answer: ro
     await events.publish_answer(cid, bot, epoch=epoch)
     answer_ended(cid)
     await _answered(conversation, message, answer, cut=False)
+    return False
+
+
+async def _answer_files_only(conversation: Conversation, message: Message) -> bool:
+    """Answer a shopper message that is files with no text (``chat.photos``): acknowledged, and
+    handed to a person when the conversation is about an order or a complaint. Stored and sent as
+    a fixed answer (``_answer_fixed``'s way); the bot stays silent once an agent holds it.
+    Returns False (never a burst to wait for)."""
+    cid = conversation.id
+    reply = await database_sync_to_async(photos.photo_reply)(conversation=conversation, message=message)
+    ready_ms = (time.time() - message.created_at.timestamp()) * 1000
+    record = AnswerRecord(
+        text=reply.text, route=reply.route, ttft_ms=ready_ms, latency_ms=ready_ms, reason=reply.reason
+    )
+    try:
+        bot, epoch = await database_sync_to_async(services.bot_message_answered)(
+            conversation_id=cid, reply_to_seq=message.seq, record=record
+        )
+    except errors.AgentHolds:
+        await database_sync_to_async(services.claim_release)(conversation_id=cid, seq=message.seq)
+        return False
+    if bot.seq == message.seq + 1:
+        _nothing_between.add(cid)
+    await events.publish_answer(cid, bot, epoch=epoch)
+    answer_ended(cid)
+    if reply.handoff:
+        await handoff.escalate(
+            conversation_id=cid, message=message, route=reply.route, reason=reply.reason, locale=conversation.locale
+        )
     return False
 
 

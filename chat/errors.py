@@ -92,3 +92,10 @@ class InvalidSearch(ChatError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class AttachmentRefused(ChatError):
+    """A message names an attachment that is not its conversation's, was sent by someone else,
+    or is already part of another message (the shopper's ``error`` frame code ``forbidden``)."""
+
+    code = "forbidden"

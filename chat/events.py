@@ -20,6 +20,7 @@ from django.db import DatabaseError
 from routing import services as router
 
 from . import availability, fencing, regroup, selectors
+from .attachments import attachment_json
 from .models import Message
 from .protocol import MessageFrame, StreamEndFrame, Usage
 
@@ -47,6 +48,9 @@ def message_frame(msg: Message) -> MessageFrame:
         frame["superseded"] = True
     if msg.role == "agent":
         frame["agent"] = msg.agent_name or "Agent"
+    if msg.attachments:
+        # Signed afresh for every frame built, replays and history pages too (issue 33).
+        frame["attachments"] = [attachment_json(a) for a in msg.attachments]
     return frame
 
 

@@ -112,3 +112,23 @@ async def replay_allowed(address: str, socket_key: str, cost: int) -> int | None
         log.warning("replay budget of the address unavailable (%r); replay allowed", e)
     await mine.hit(per_socket, "replay-socket", socket_key, cost=socket_cost)
     return None
+
+
+async def upload_allowed(address: str) -> bool:
+    """Take one upload from ``address``'s budgets (issue 33): ``KEFU_ATTACHMENTS_PER_MINUTE_PER_IP``
+    a minute, of which ``KEFU_ATTACHMENT_BURST`` at most within 10 s (a few photos at once pass,
+    a steady stream is slowed to the minute's rate). False when either is spent (the burst is
+    tested first, so a refused upload is charged to neither). Fails open on Redis errors, like
+    :func:`message_allowed`."""
+    burst = RateLimitItemPerSecond(settings.KEFU_ATTACHMENT_BURST, 10)
+    minute = parse(f"{settings.KEFU_ATTACHMENTS_PER_MINUTE_PER_IP}/minute")
+    limiter = _limiters.get()
+    try:
+        if not await limiter.test(burst, "upload-burst", address):
+            return False
+        if not await limiter.hit(minute, "upload-min", address):
+            return False
+        return await limiter.hit(burst, "upload-burst", address)
+    except RedisError as e:
+        log.warning("upload rate limit unavailable (%r); upload allowed", e)
+        return True

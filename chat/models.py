@@ -4,8 +4,10 @@ message is a row before any answering starts (see ``chat.services.message_receiv
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
+from django.core.files.storage import storages
 from django.db import models
 from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
@@ -181,6 +183,10 @@ class Message(models.Model):
     # Signals about a shopper message, for agents: "prompt_injection" when it tried to override
     # the assistant's instructions (routing.decide.injection). Empty for nearly every message.
     flags = models.JSONField(default=list, blank=True)
+    # The files sent with the message (chat.models.Attachment), as frames show them without their
+    # link: ``[{"id", "name", "content_type", "size"}]`` (a copy, so replays and history pages read
+    # no other table; the link is signed afresh for every frame: chat.attachments.attachment_json).
+    attachments = models.JSONField(default=list, blank=True)
     agent_name = models.CharField(max_length=150, blank=True)
     # A streaming bot answer's lease: the process streaming it renews it while it streams
     # (chat.answering); once it ran out, the process is taken for dead and the answer is an
@@ -301,3 +307,52 @@ class SearchLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.agent_id}: {self.results} results"
+
+
+def _attachment_storage() -> Any:
+    """The "attachments" storage of ``STORAGES`` (the file system by default; docs/configuration.md)."""
+    return storages["attachments"]
+
+
+def _attachment_path(instance: Attachment, filename: str) -> str:
+    """Where a file is stored: ``<conversation id>/<attachment id>.<ext>`` (the shopper's file
+    name never reaches the storage)."""
+    extension = filename.rsplit(".", 1)[-1] if "." in filename else "bin"
+    return f"{instance.conversation_id}/{instance.id}.{extension}"
+
+
+def _attachment_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Attachment(models.Model):
+    """A file a shopper or an agent sent in a conversation (issue 33): an image re-encoded without
+    metadata, or a PDF (chat.attachments.judge). Uploaded first (``message`` null), then linked to
+    the one message that sends it (``chat.services.attachments``); served only through signed
+    links. Deleted with its conversation, its file too (chat.retention)."""
+
+    id = models.CharField(primary_key=True, max_length=32, default=_attachment_id, editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="attachments")
+    message = models.ForeignKey(
+        Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="attachment_rows"
+    )
+    file = models.FileField(storage=_attachment_storage, upload_to=_attachment_path, max_length=200)
+    # The name shown (the sent name's stem, the stored kind's extension) and the stored kind.
+    name = models.CharField(max_length=120)
+    content_type = models.CharField(max_length=40)
+    size = models.PositiveIntegerField(help_text="Bytes stored.")
+    width = models.PositiveIntegerField(default=0)
+    height = models.PositiveIntegerField(default=0)
+    # Who sent it: "shopper" or "agent" (Role).
+    role = models.CharField(max_length=8, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.content_type}, {self.size} bytes)"
+
+    def meta(self) -> dict[str, Any]:
+        """What a message keeps of it: ``{"id", "name", "content_type", "size"}``."""
+        return {"id": self.id, "name": self.name, "content_type": self.content_type, "size": self.size}

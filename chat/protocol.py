@@ -45,6 +45,17 @@ class ConversationFrame(TypedDict):
     availability: NotRequired[AvailabilityInfo]
 
 
+class AttachmentInfo(TypedDict):
+    """A file of a message (issue 33): ``url`` is a signed link that expires
+    (``KEFU_ATTACHMENT_LINK_TTL_S``), signed afresh in every frame."""
+
+    id: str
+    name: str
+    content_type: str
+    size: int
+    url: str
+
+
 class MessageFrame(TypedDict):
     type: Literal["message"]
     id: int
@@ -56,6 +67,7 @@ class MessageFrame(TypedDict):
     cut: NotRequired[bool]
     superseded: NotRequired[bool]
     agent: NotRequired[str]
+    attachments: NotRequired[list[AttachmentInfo]]
 
 
 class StreamStartFrame(TypedDict):
@@ -302,6 +314,37 @@ def is_blank(text: str) -> bool:
     """True when ``text`` holds only whitespace and invisible format characters (zero-width
     space, BOM, joiners: Unicode category Cf)."""
     return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+
+
+#: Most attachments one message may carry.
+MAX_ATTACHMENTS = 10
+
+
+def validate_message_files(content: dict[str, Any], *, max_chars: int) -> tuple[str, str, list[str]]:
+    """Check a client ``message`` frame that may carry files (issue 33): ``attachments``, a list
+    of at most :data:`MAX_ATTACHMENTS` attachment ids (strings), optional; with one at least,
+    ``text`` may be empty or blank (a photo alone). Returns ``(client_id, text, ids)``. Raises
+    like :func:`validate_message`, and ``ProtocolError("invalid")`` for a bad ``attachments``."""
+    ids = content.get("attachments")
+    if ids is None:
+        ids = []
+    if (
+        not isinstance(ids, list)
+        or len(ids) > MAX_ATTACHMENTS
+        or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids)
+    ):
+        client_id = content.get("client_id")
+        raise ProtocolError(
+            "invalid",
+            f"attachments must be a list of at most {MAX_ATTACHMENTS} attachment ids",
+            client_id if isinstance(client_id, str) else None,
+        )
+    text = content.get("text", "")
+    if ids and isinstance(text, str) and is_blank(text):  # a photo alone (is_blank("") is True)
+        client_id, _ = validate_message({**content, "text": "."}, max_chars=max_chars)
+        return client_id, "", list(ids)
+    client_id, text = validate_message(content, max_chars=max_chars)
+    return client_id, text, list(ids)
 
 
 def validate_message(content: dict[str, Any], *, max_chars: int) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """How long conversations are kept, and one shopper's data on request (export, erasure).
 
 - :func:`conversations_purge`: conversations idle for longer than the retention period
-  (``KEFU_RETENTION_DAYS``; 0 keeps everything) are deleted with their messages and notes, and the
+  (``KEFU_RETENTION_DAYS``; 0 keeps everything) are deleted with their messages, notes and
+  attachments (the rows, then their files in the attachments storage), and the
   cache audits that quoted their questions. The cost ledger keeps its rows (tokens and USD, no
   text), unlinked from the deleted conversation. A conversation an agent holds or a shopper waits
   in is never purged, whatever its age. ``manage.py purge_conversations``, and daily on the beat
@@ -30,7 +31,8 @@ from routing import services as router
 from store import services as store
 
 from .errors import NotFound
-from .models import Conversation, ConversationStatus, InternalNote, Message
+from .models import Attachment, Conversation, ConversationStatus, InternalNote, Message
+from .services.attachments import attachment_files, attachment_files_delete
 
 __all__ = ["BATCH", "Removed", "conversations_purge", "shopper_erase", "shopper_export"]
 
@@ -39,24 +41,29 @@ BATCH = 500
 
 @dataclass(frozen=True)
 class Removed:
-    """What a purge or an erasure deleted: conversations, messages, internal notes."""
+    """What a purge or an erasure deleted: conversations, messages, internal notes, attachment files."""
 
     conversations: int = 0
     messages: int = 0
     notes: int = 0
+    files: int = 0
 
     def describe(self, *, idle_days: float | None = None) -> str:
-        """``"2 conversations (5 messages, 1 note)"``; with ``idle_days``, ``"... idle over N days ..."``."""
+        """``"2 conversations (5 messages, 1 note)"`` (``, 3 files`` when attachments went too); with ``idle_days``, ``"... idle over N days ..."``."""
 
         def n(count: int, word: str) -> str:
             return f"{count} {word}{'' if count == 1 else 's'}"
 
         idle = f" idle over {idle_days:g} days" if idle_days is not None else ""
-        return f"{n(self.conversations, 'conversation')}{idle} ({n(self.messages, 'message')}, {n(self.notes, 'note')})"
+        files = f", {n(self.files, 'file')}" if self.files else ""
+        return f"{n(self.conversations, 'conversation')}{idle} ({n(self.messages, 'message')}, {n(self.notes, 'note')}{files})"
 
     def __add__(self, other: Removed) -> Removed:
         return Removed(
-            self.conversations + other.conversations, self.messages + other.messages, self.notes + other.notes
+            self.conversations + other.conversations,
+            self.messages + other.messages,
+            self.notes + other.notes,
+            self.files + other.files,
         )
 
 
@@ -69,12 +76,17 @@ def _delete(conversations: QuerySet[Conversation], *, dry_run: bool = False) -> 
         with transaction.atomic():
             message_ids = list(Message.objects.filter(conversation_id__in=batch).values_list("pk", flat=True))
             notes = InternalNote.objects.filter(conversation_id__in=batch).count()
+            files = attachment_files(batch)
             if not dry_run:
                 router.shopper_messages_forget(message_ids=message_ids)
                 router.conversation_tasks_forget(conversation_ids=batch)
                 store.conversations_forget(batch)
-                Conversation.objects.filter(pk__in=batch).delete()  # messages and notes cascade
-        total = total + Removed(len(batch), len(message_ids), notes)
+                Conversation.objects.filter(pk__in=batch).delete()  # messages, notes, attachments cascade
+        if not dry_run:
+            # The rows are gone (committed): now their files. A file whose delete fails is logged
+            # by name; its row no longer exists, so no link can ever serve it again.
+            attachment_files_delete(files)
+        total = total + Removed(len(batch), len(message_ids), notes, len(files))
     return total
 
 
@@ -117,7 +129,12 @@ def shopper_export(*, customer_id: str | None = None, conversation_id: uuid.UUID
         {"exported_at", "customer_id" | None, "conversations": [{"id", "status", "locale",
           "created_at", "updated_at", "customer": {"id", "name", "email"} | None,
           "contact_email", "summary", "messages": [{"seq", "role", "text", "route",
-          "created_at", "rating"}], "notes": [{"text", "created_at"}]}]}
+          "created_at", "rating", "attachments"}], "notes": [{"text", "created_at"}],
+          "attachments": [{"id", "name", "content_type", "size", "role", "created_at",
+          "message_seq" | None, "path"}]}]}
+
+    The files themselves stay in the attachments storage; ``path`` is each one's name there
+    (the operator copies them from it with the export)
 
     Raises ``NotFound`` (no such customer or conversation) and ``ValueError`` (not exactly one
     of the two given)."""
@@ -147,17 +164,33 @@ def shopper_export(*, customer_id: str | None = None, conversation_id: uuid.UUID
                         "route": m.route,
                         "created_at": _iso(m.created_at),
                         "rating": m.rating,
+                        "attachments": [a["id"] for a in m.attachments],
                     }
                     for m in messages
                 ],
                 "notes": [{"text": n.text, "created_at": _iso(n.created_at)} for n in notes],
+                "attachments": [
+                    {
+                        "id": a.pk,
+                        "name": a.name,
+                        "content_type": a.content_type,
+                        "size": a.size,
+                        "role": a.role,
+                        "created_at": _iso(a.created_at),
+                        "message_seq": a.message.seq if a.message is not None else None,
+                        "path": a.file.name,
+                    }
+                    for a in Attachment.objects.filter(conversation=conv)
+                    .select_related("message")
+                    .order_by("created_at")
+                ],
             }
         )
     return {"exported_at": timezone.now().isoformat(), "customer_id": customer_id, "conversations": out}
 
 
 def shopper_erase(*, customer_id: str | None = None, conversation_id: uuid.UUID | None = None) -> Removed:
-    """Delete everything kefu holds of one shopper (their conversations, messages and the notes
-    on them, the cache audits quoting them); the cost ledger keeps its rows, unlinked. Raises
+    """Delete everything kefu holds of one shopper (their conversations, messages, attachments
+    with their files, and the notes on them, the cache audits quoting them); the cost ledger keeps its rows, unlinked. Raises
     like :func:`shopper_export`."""
     return _delete(_shopper(customer_id=customer_id, conversation_id=conversation_id))

@@ -10,7 +10,8 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from routing import services as router
 
-from .models import CannedReply, Conversation, ConversationStatus, InternalNote, Message, MessageState
+from .attachments import attachment_json
+from .models import Attachment, CannedReply, Conversation, ConversationStatus, InternalNote, Message, MessageState
 
 
 def messages_after(*, conversation_id: uuid.UUID, after: int) -> list[Message]:
@@ -320,7 +321,7 @@ def console_history(*, conversation_id: uuid.UUID, before: int | None, limit: in
 def message_item(msg: Message) -> dict[str, Any]:
     """A stored message for agents (transcripts, the console's ``history`` frame):
     ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "reason"?, "model"?, "cut"?, "superseded"?, "cached"?,
-    "agent"?, "rating"?, "flags"?}``; ``reason``: why the router chose the route (agents only); ``flags``: e.g. ``["prompt_injection"]`` on a shopper message (routing.decide.injection); ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
+    "agent"?, "rating"?, "flags"?, "attachments"?}``; ``attachments``: the message's files with fresh signed links (``chat.attachments.attachment_json``); ``reason``: why the router chose the route (agents only); ``flags``: e.g. ``["prompt_injection"]`` on a shopper message (routing.decide.injection); ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
     item: dict[str, Any] = {
         "id": msg.pk,
         "seq": msg.seq,
@@ -347,6 +348,8 @@ def message_item(msg: Message) -> dict[str, Any]:
         item["rating"] = msg.rating
     if msg.flags:
         item["flags"] = list(msg.flags)
+    if msg.attachments:
+        item["attachments"] = [attachment_json(a) for a in msg.attachments]
     return item
 
 
@@ -451,3 +454,10 @@ def answer_link_domains() -> list[str]:
     the store's own and those in ``KEFU_ANSWER_LINK_DOMAINS``, lower case, IDNA-encoded, sorted
     (``routing.services.answer_link_domains``). No query."""
     return router.answer_link_domains()
+
+
+def attachment_file(*, attachment_id: str) -> tuple[str, str, str] | None:
+    """An attachment's stored file name, content type and shown name, or None when it does not
+    exist (deleted with its conversation)."""
+    row = Attachment.objects.filter(pk=attachment_id).values_list("file", "content_type", "name").first()
+    return None if row is None else (str(row[0]), str(row[1]), str(row[2]))

@@ -5,11 +5,13 @@ Without this, a body far over every limit was read whole before any view could r
 300 MB ``POST`` raised a worker's memory by 243 MB, never given back.
 
 The limit of a request (:func:`limit_for`): ``KEFU_GATEWAY_MAX_BODY_BYTES`` for the gateway
-(``/v1/...``), Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB by default) for every other path
-(kefu takes no file uploads, so that bound holds for every body); ``None`` (Django's "no limit")
-leaves that path unbounded here. Over the limit, the answer is ``413`` with a JSON body in the
-OpenAI error shape (``{"error": {"message", "type", "param", "code": "request_too_large"}}``), the
-one the gateway gives, and the connection is closed:
+(``/v1/...``), ``KEFU_ATTACHMENT_MAX_BYTES`` plus ``KEFU_ATTACHMENT_FORM_OVERHEAD_BYTES`` (the
+multipart framing) for the attachment upload (``/api/chat/attachments``, kefu's one file upload),
+Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB by default) for every other path; ``None``
+(Django's "no limit") leaves that path unbounded here. Over the limit, the answer is ``413`` with
+a JSON body in the OpenAI error shape (``{"error": {"message", "type", "param", "code":
+"request_too_large"}}``), the one the gateway gives (the upload's own shape there: ``{"error":
+{"code": "too_large", "message"}}``), and the connection is closed:
 
 - **Daphne** (:func:`install_daphne_guard`, called by ``config/asgi.py`` when the server starts):
   a request whose ``Content-Length`` is over the limit is answered as soon as its headers are
@@ -48,18 +50,25 @@ LINGER_S = 5.0
 
 #: Paths of the OpenAI-compatible gateway, limited by ``KEFU_GATEWAY_MAX_BODY_BYTES``.
 GATEWAY_PREFIX = "/v1/"
+#: The attachment upload (chat.attachment_views), limited by ``KEFU_ATTACHMENT_MAX_BYTES``.
+UPLOAD_PATH = "/api/chat/attachments"
 
 
 def limit_for(path: str) -> int | None:
     """The longest request body accepted on ``path``, bytes (None: no limit)."""
     if path.startswith(GATEWAY_PREFIX):
         return int(settings.KEFU_GATEWAY_MAX_BODY_BYTES)
+    if path == UPLOAD_PATH:
+        return int(settings.KEFU_ATTACHMENT_MAX_BYTES) + int(settings.KEFU_ATTACHMENT_FORM_OVERHEAD_BYTES)
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return None if limit is None else int(limit)
 
 
-def refusal_body(limit: int) -> bytes:
-    """The JSON body of a 413 (the gateway's OpenAI-shaped error)."""
+def refusal_body(limit: int, path: str = "") -> bytes:
+    """The JSON body of a 413 (the gateway's OpenAI-shaped error; the upload's own on ``UPLOAD_PATH``)."""
+    if path == UPLOAD_PATH:
+        over = {"code": "too_large", "message": f"the file is over {settings.KEFU_ATTACHMENT_MAX_BYTES} bytes"}
+        return json.dumps({"error": over}).encode()
     error = {
         "message": f"The body is over {limit} bytes.",
         "type": "invalid_request_error",
@@ -69,9 +78,9 @@ def refusal_body(limit: int) -> bytes:
     return json.dumps({"error": error}).encode()
 
 
-def refusal_bytes(limit: int) -> bytes:
+def refusal_bytes(limit: int, path: str = "") -> bytes:
     """A whole HTTP/1.1 413 response that closes the connection."""
-    body = refusal_body(limit)
+    body = refusal_body(limit, path)
     head = (
         "HTTP/1.1 413 Content Too Large\r\n"
         "Content-Type: application/json\r\n"
@@ -98,13 +107,14 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = limit_for(str(scope.get("path", "")))
+        path = str(scope.get("path", ""))
+        limit = limit_for(path)
         if limit is None:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _send_refusal(send, limit)
+            await _send_refusal(send, limit, path)
             return
         received = 0
         started = False
@@ -128,7 +138,7 @@ class BodyLimit:
             await self.app(scope, counted_receive, watched_send)
         except _TooLarge:
             if not started:
-                await _send_refusal(send, limit)
+                await _send_refusal(send, limit, path)
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -141,8 +151,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _send_refusal(send: Send, limit: int) -> None:
-    body = refusal_body(limit)
+async def _send_refusal(send: Send, limit: int, path: str = "") -> None:
+    body = refusal_body(limit, path)
     await send(
         {
             "type": "http.response.start",
@@ -175,10 +185,11 @@ def install_daphne_guard() -> None:
     process = WebRequest.process
 
     def refuse(request: Any, limit: int) -> None:
+        path = bytes(getattr(request.channel, "_path", b"") or b"").split(b"?", 1)[0].decode("latin-1")
         request._kefu_refused = True
         request.content = BytesIO()  # what arrives from now on is dropped
         transport = request.channel.transport
-        transport.write(refusal_bytes(limit))
+        transport.write(refusal_bytes(limit, path))
         # A lingering close, as nginx does: the answer is followed by our FIN (half-close) while
         # what the client is still sending is read and dropped for up to LINGER_S; closing at
         # once would answer its next bytes with a TCP reset, which can destroy the 413 unread.

@@ -272,6 +272,44 @@ KEFU_PHONE_REGIONS = env.list("KEFU_PHONE_REGIONS", default=["CN", "US", "GB"])
 # Conversations idle longer than this many days are deleted with their messages (chat/retention.py;
 # daily on the beat schedule, or `manage.py purge_conversations`). 0 keeps everything.
 KEFU_RETENTION_DAYS = env.float("KEFU_RETENTION_DAYS", default=0.0)
+# Attachments (issue 33; docs/security.md, "Attachments"): photos and PDFs shoppers and agents
+# send (POST /api/chat/attachments). Stored through Django's storage API, in the "attachments"
+# storage: the file system under KEFU_ATTACHMENT_DIR by default (never served by whitenoise: only
+# signed links reach the files), or any backend given by KEFU_ATTACHMENT_STORAGE (a dotted class,
+# e.g. django-storages' "storages.backends.s3.S3Storage") with KEFU_ATTACHMENT_STORAGE_OPTIONS
+# (a JSON object of its options: bucket_name, endpoint_url, ...).
+KEFU_ATTACHMENT_DIR = env.str("KEFU_ATTACHMENT_DIR", default=str(BASE_DIR / "media" / "attachments"))
+KEFU_ATTACHMENT_STORAGE = env.str("KEFU_ATTACHMENT_STORAGE", default="django.core.files.storage.FileSystemStorage")
+_attachment_storage_options = env.json_object("KEFU_ATTACHMENT_STORAGE_OPTIONS", default={})
+if KEFU_ATTACHMENT_STORAGE == "django.core.files.storage.FileSystemStorage" and not _attachment_storage_options:
+    _attachment_storage_options = {"location": KEFU_ATTACHMENT_DIR, "base_url": "/api/chat/attachments/"}
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "attachments": {"BACKEND": KEFU_ATTACHMENT_STORAGE, "OPTIONS": _attachment_storage_options},
+}
+# One file's largest size, bytes (a phone's photo is 2-5 MB; 413 over it). The request body of the
+# upload may be this plus KEFU_ATTACHMENT_FORM_OVERHEAD_BYTES of multipart framing (config/body_limit.py).
+KEFU_ATTACHMENT_MAX_BYTES = env.int("KEFU_ATTACHMENT_MAX_BYTES", default=10 * 1024 * 1024)
+KEFU_ATTACHMENT_FORM_OVERHEAD_BYTES = 16 * 1024
+# An image's limits: pixels (40 MP: a 48 MP phone sensor's photos are stored at 12 MP) and the
+# longest side; over them it is refused as a decompression bomb would be.
+KEFU_ATTACHMENT_MAX_PIXELS = env.int("KEFU_ATTACHMENT_MAX_PIXELS", default=40_000_000)
+KEFU_ATTACHMENT_MAX_SIDE = env.int("KEFU_ATTACHMENT_MAX_SIDE", default=12_000)
+# A conversation holds at most this many files and bytes of them (413 beyond).
+KEFU_ATTACHMENTS_PER_CONVERSATION = env.int("KEFU_ATTACHMENTS_PER_CONVERSATION", default=50)
+KEFU_ATTACHMENT_BYTES_PER_CONVERSATION = env.int("KEFU_ATTACHMENT_BYTES_PER_CONVERSATION", default=100 * 1024 * 1024)
+# Uploads per address: KEFU_ATTACHMENTS_PER_MINUTE_PER_IP a minute, of which at most
+# KEFU_ATTACHMENT_BURST within 10 s (a shopper sending a few photos at once), 429 beyond.
+KEFU_ATTACHMENTS_PER_MINUTE_PER_IP = env.int("KEFU_ATTACHMENTS_PER_MINUTE_PER_IP", default=20)
+KEFU_ATTACHMENT_BURST = env.int("KEFU_ATTACHMENT_BURST", default=8)
+# How long a signed link to an attachment is valid, seconds (at least 10 minutes); frames carry
+# freshly signed links each time they are sent.
+KEFU_ATTACHMENT_LINK_TTL_S = env.int("KEFU_ATTACHMENT_LINK_TTL_S", default=3600)
+if KEFU_ATTACHMENT_LINK_TTL_S < 600:
+    raise ImproperlyConfigured(
+        f"KEFU_ATTACHMENT_LINK_TTL_S={KEFU_ATTACHMENT_LINK_TTL_S} must be at least 600 (seconds)"
+    )
 # Log lines never carry shopper text (lib/logredact.py): only its length, unless this is on (a
 # developer's own machine; never in production).
 KEFU_LOG_SHOPPER_TEXT = env.bool("KEFU_LOG_SHOPPER_TEXT", default=False)

@@ -37,3 +37,6 @@ KEFU_UPSTREAM_KEEPWARM_S = 0.0
 DATABASES["default"]["TEST"] = {  # noqa: F405
     "NAME": os.path.join(tempfile.gettempdir(), f"kefu-test-{os.getpid()}.sqlite3"),
 }
+# Attachments go to a directory of this test process, never to the checkout's media/.
+KEFU_ATTACHMENT_DIR = os.path.join(tempfile.gettempdir(), f"kefu-test-attachments-{os.getpid()}")
+STORAGES["attachments"]["OPTIONS"] = {"location": KEFU_ATTACHMENT_DIR, "base_url": "/api/chat/attachments/"}  # noqa: F405

@@ -3,7 +3,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import path
 from django.views.i18n import JavaScriptCatalog, set_language
 
-from chat import views
+from chat import attachment_views, views
 from ops import candidates_views
 from ops import views as ops_views
 from routing import views as canary_views
@@ -14,6 +14,9 @@ urlpatterns = [
     path("healthz", ops_views.healthz, name="healthz"),
     path("livez", ops_views.livez, name="livez"),
     path("admin/", admin.site.urls),
+    # Attachments (docs/protocol.md, "Attachments"): upload (CORS for the widget's origins) and signed links.
+    path("api/chat/attachments", attachment_views.attachment_upload, name="attachment-upload"),
+    path("api/chat/attachments/<str:signed>", attachment_views.attachment_serve, name="attachment-serve"),
     # OpenAI-compatible gateway (docs/routing.md, "Gateway"): base URL http://HOST/v1 for any OpenAI client.
     path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat-completions"),
     # Agent console (docs/console.md); its WebSocket is /ws/agent/ (chat/routing.py).

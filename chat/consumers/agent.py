@@ -20,7 +20,7 @@ from ..protocol import (
     ProtocolError,
     error_frame,
     parse_uuid,
-    validate_message,
+    validate_message_files,
     validate_order_action,
     validate_request_id,
     validate_text,
@@ -313,13 +313,17 @@ class AgentConsumer(FrameSocket):
         """An agent's message. With a ``client_id`` (the console always sends one) it is stored
         once however often it is resent; a resend is acknowledged to this socket only."""
         client_id = content.get("client_id")
+        files: list[str] = []
         if client_id is not None:
-            client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+            client_id, text, files = validate_message_files(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
         else:
             text = validate_text(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
-        sent = await database_sync_to_async(services.agent_message_send)(
-            conversation_id=cid, agent=self.user, text=text, client_id=client_id
-        )
+        try:
+            sent = await database_sync_to_async(services.agent_message_send)(
+                conversation_id=cid, agent=self.user, text=text, client_id=client_id, attachments=files
+            )
+        except errors.AttachmentRefused as e:  # nothing was stored
+            raise ProtocolError(e.code, e.message) from None
         if not sent.created:
             await self._send({**events.message_frame(sent.message), "conversation": str(cid)})
             return

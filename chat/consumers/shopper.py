@@ -42,7 +42,7 @@ from ..protocol import (
     parse_uuid,
     valid_time_zone,
     validate_contact,
-    validate_message,
+    validate_message_files,
 )
 from .base import CLOSE_FORBIDDEN, CLOSE_IDENTITY, CLOSE_TOO_MANY, CLOSE_TRY_AGAIN, FrameSocket
 
@@ -372,17 +372,22 @@ class ShopperConsumer(FrameSocket):
 
     async def on_message(self, content: dict[str, Any]) -> None:
         assert self.conversation_id is not None
-        client_id, text = validate_message(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
+        client_id, text, files = validate_message_files(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
         if not await limits.message_allowed(self.address):  # fails open when Redis is down
             raise ProtocolError("rate_limited", "too many messages; wait a moment and send again", client_id)
         answering.shopper_message(self.conversation_id)
-        answering.prepare(text=text, locale=self.locale)
-        received = await database_sync_to_async(services.message_receive)(
-            conversation_id=self.conversation_id,
-            client_id=client_id,
-            text=text,
-            claim=answering.is_idle(self.conversation_id),
-        )
+        if text:
+            answering.prepare(text=text, locale=self.locale)
+        try:
+            received = await database_sync_to_async(services.message_receive)(
+                conversation_id=self.conversation_id,
+                client_id=client_id,
+                text=text,
+                claim=answering.is_idle(self.conversation_id),
+                attachments=files,
+            )
+        except errors.AttachmentRefused as e:  # nothing was stored
+            raise ProtocolError(e.code, e.message, client_id) from None
         if not received.created:
             # A resend: the original acknowledgement again, to this socket only; nothing stored twice.
             await self._send(events.message_frame(received.message))

@@ -8,6 +8,13 @@ orders panel, through the store's door). All synchronous (the ORM), but ``consol
 ``console_order_action``: coroutines, whose store calls run under the store's deadline.
 """
 
+from .attachments import (
+    attachment_files,
+    attachment_files_delete,
+    attachment_store,
+    attachments_link,
+    attachments_take,
+)
 from .console import (
     CacheWrongResult,
     HandBack,
@@ -74,6 +81,11 @@ __all__ = [
     "answer_claim_through",
     "answer_lease_renew",
     "answer_leases_end",
+    "attachment_files",
+    "attachment_files_delete",
+    "attachment_store",
+    "attachments_link",
+    "attachments_take",
     "bot_message_answered",
     "bot_message_begin",
     "bot_message_finish",

@@ -24,6 +24,7 @@ from .. import presence
 from ..errors import NotAgent, NotCached, NotFound, NotOwner
 from ..models import Conversation, ConversationStatus, InternalNote, Message, Role
 from ..selectors import user_is_agent
+from .attachments import attachments_link, attachments_take
 from .conversations import next_seq
 from .messages import Received
 
@@ -171,13 +172,22 @@ def conversation_close(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange
     return state
 
 
-def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, client_id: str | None = None) -> Received:
+def agent_message_send(
+    *,
+    conversation_id: uuid.UUID,
+    agent: Any,
+    text: str,
+    client_id: str | None = None,
+    attachments: list[str] | None = None,
+) -> Received:
     """Store a message of the agent who holds the conversation (role ``agent``, their display
     name), exactly once per (conversation, ``client_id``) when the console sends one: a resend
     (after a reconnect) returns the stored row with ``created=False`` and stores nothing, even if
     the agent no longer holds the conversation. Raises ``NotOwner`` when ``agent`` does not hold
     it, ``NotFound``. ``text`` must be validated by the caller (not blank, within
-    ``KEFU_MAX_MESSAGE_CHARS``)."""
+    ``KEFU_MAX_MESSAGE_CHARS``; it may be empty when ``attachments`` names files). ``attachments``:
+    ids of files agents uploaded to this conversation and sent with no other message; any other
+    raises ``AttachmentRefused`` and nothing is stored."""
     if client_id is not None:
         known = Message.objects.filter(conversation_id=conversation_id, client_id=client_id, role=Role.AGENT).first()
         if known is not None:
@@ -192,6 +202,11 @@ def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, cli
             if status != ConversationStatus.AGENT or owner[0] != agent.pk:
                 transaction.set_rollback(True)
                 raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
+            files = (
+                attachments_take(conversation_id=conversation_id, ids=attachments, role=Role.AGENT)
+                if attachments
+                else []
+            )
             msg = Message.objects.create(
                 conversation_id=conversation_id,
                 seq=seq,
@@ -200,7 +215,10 @@ def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, cli
                 search_terms=index_terms(text),
                 agent_name=owner[1],
                 client_id=client_id,
+                attachments=files,
             )
+            if files:
+                attachments_link(ids=[f["id"] for f in files], message_id=msg.pk)
     except IntegrityError:
         # The same client_id raced in through another socket or worker a moment ago.
         return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)

@@ -21,6 +21,7 @@ from routing.types import AnswerRecord
 
 from ..errors import AgentHolds, AnswerInFlight, InvalidFeedback
 from ..models import Conversation, ConversationStatus, Message, MessageState, Role
+from .attachments import attachments_link, attachments_take
 from .conversations import next_seq
 
 
@@ -89,17 +90,29 @@ class Received:
     claimed: Conversation | None = None
 
 
-def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, claim: bool = False) -> Received:
+def message_receive(
+    *, conversation_id: uuid.UUID, client_id: str, text: str, claim: bool = False, attachments: list[str] | None = None
+) -> Received:
     """Store a shopper message, exactly once per (conversation, client_id).
 
     A resend of a known ``client_id`` returns the original row with ``created=False`` and stores
     nothing. A message to a closed conversation reopens it (status ``bot``). With ``claim=True``
     the message is also claimed for answering in the same transaction (the compare-and-set of
-    ``answer_claim``), provided no older shopper message is still unclaimed.
+    ``answer_claim``), provided no older shopper message is still unclaimed. ``attachments``:
+    ids of files the shopper uploaded to this conversation and sent with no other message
+    (``services.attachments.attachments_take``); any other id raises ``AttachmentRefused`` and
+    nothing is stored.
     """
     try:
         with transaction.atomic():
             seq, answered_seq, status, locale, customer_id, address_key = next_seq(conversation_id, shopper=True)
+            if attachments and Message.objects.filter(conversation_id=conversation_id, client_id=client_id).exists():
+                raise IntegrityError("a resend")  # its attachments are the original's: handled below
+            files = (
+                attachments_take(conversation_id=conversation_id, ids=attachments, role=Role.SHOPPER)
+                if attachments
+                else []
+            )
             msg = Message.objects.create(
                 conversation_id=conversation_id,
                 seq=seq,
@@ -107,7 +120,10 @@ def message_receive(*, conversation_id: uuid.UUID, client_id: str, text: str, cl
                 text=text,
                 search_terms=index_terms(text),
                 client_id=client_id,
+                attachments=files,
             )
+            if files:
+                attachments_link(ids=[f["id"] for f in files], message_id=msg.pk)
             reopened = status == ConversationStatus.CLOSED
             if reopened:
                 Conversation.objects.filter(pk=conversation_id).update(status=ConversationStatus.BOT, agent_name="")

@@ -333,6 +333,8 @@ LOGGING = {
         # faiss reports at INFO each CPU build it tries before the one that loads (harmless).
         "faiss.loader": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        # pypdf warns about each oddity of a shopper's PDF (quoting its objects): never logged.
+        "pypdf": {"level": "CRITICAL"},
     },
 }
 

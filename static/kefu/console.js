@@ -711,12 +711,70 @@
     rec.text = m.text || "";
     rec.cp = Array.from(rec.text).length;
     rec.body.textContent = rec.text;
+    renderFiles(rec.body, m.attachments);
     if (m.marked_wrong) rec.marked = true; // history: an agent already marked its cached answer wrong
     if (m.reason) rec.reason = m.reason; // history only: live frames are shared with the shopper and carry none
     rec.m = m.reason || !rec.reason ? m : { ...m, reason: rec.reason };
     renderMeta(rec, m.id);
     rec.el.classList.toggle("is-streaming", !!m.streaming);
     if (!older) scrollLog();
+  }
+
+  // --- attachments (docs/console.md, "Photos"): thumbnails that open in a new tab; an agent
+  // sends a picture by uploading it (the console's session) and then a message naming it.
+  function renderFiles(body, files) {
+    if (!Array.isArray(files) || !files.length) return;
+    const box = el("div", "msg__files");
+    for (const f of files) {
+      const a = el("a", "msg__file");
+      a.href = f.url;
+      a.target = "_blank";
+      a.rel = "noopener noreferrer";
+      if (String(f.content_type || "").startsWith("image/")) {
+        const img = el("img", "msg__thumb");
+        img.src = f.url;
+        img.alt = interpolate(gettext("Picture: %s"), [f.name]);
+        img.loading = "lazy";
+        a.append(img);
+      } else {
+        a.textContent = f.name;
+      }
+      box.append(a);
+    }
+    body.append(box);
+  }
+
+  async function sendPicture(file) {
+    if (!file || !mine()) return;
+    const data = new FormData();
+    data.append("file", file, file.name || "picture");
+    notify(gettext("Uploading…"));
+    let body = {};
+    let response;
+    try {
+      response = await fetch("/api/chat/attachments", {
+        method: "POST",
+        body: data,
+        credentials: "same-origin",
+        headers: { "X-Kefu-Conversation": state.open },
+      });
+      body = await response.json();
+    } catch (e) {
+      response = null;
+    }
+    if (!response || response.status !== 201) {
+      const why = (body.error && body.error.message) || gettext("try again");
+      return notify(interpolate(gettext("The picture could not be sent: %s"), [why]), true);
+    }
+    $("notify").hidden = true;
+    const frame = { type: "message", conversation: state.open, client_id: newClientId(), text: "", attachments: [body.id] };
+    const li = el("li", "msg msg--agent msg--pending");
+    li.dataset.seq = String(Number.MAX_SAFE_INTEGER);
+    li.append(el("div", "msg__meta", gettext("Sending…")), el("div", "msg__body", body.name));
+    $("log").append(li);
+    scrollLog();
+    state.pending.set(frame.client_id, { frame, el: li });
+    send(frame);
   }
 
   function renderMeta(rec, id) {
@@ -1020,6 +1078,11 @@
     $("suggest-hint").textContent = "";
     state.lastTypingAt = 0; // the next message's typing is announced at once, not throttled
   }
+  $("reply-file").addEventListener("change", (event) => {
+    const file = event.target.files && event.target.files[0];
+    event.target.value = "";
+    sendPicture(file);
+  });
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
     sendReply();

@@ -117,6 +117,17 @@
       csatThanks: "Thank you for telling us!",
       noticeBot: "You are chatting with our assistant again",
       noticeNew: "Your previous conversation has expired, so we started a new one.",
+      attach: "Send a photo or PDF",
+      attachUploading: (name) => `Uploading ${name}…`,
+      attachAlt: (name) => `Photo: ${name}`,
+      attachOpen: (name) => `Open ${name} in a new tab`,
+      attachErrors: {
+        too_large: "That file is too large (10 MB at most), or this chat holds too many files.",
+        unsupported_type: "Only photos (JPEG, PNG, WebP, GIF, HEIC) and PDF files can be sent.",
+        rate_limited: "You are sending files too quickly. Please wait a moment.",
+        forbidden: "That file could not be sent in this chat.",
+        generic: "The file could not be sent. Please try again.",
+      },
       errors: {
         invalid: "That message could not be sent.",
         too_long: "That message is too long (2,000 characters at most).",
@@ -185,6 +196,17 @@
       csatThanks: "感谢您的评价！",
       noticeBot: "您现在正在与智能助手对话",
       noticeNew: "之前的对话已过期，已为您开始新的对话。",
+      attach: "发送图片或 PDF",
+      attachUploading: (name) => `正在上传 ${name}…`,
+      attachAlt: (name) => `图片：${name}`,
+      attachOpen: (name) => `在新标签页中打开 ${name}`,
+      attachErrors: {
+        too_large: "文件过大（最多 10 MB），或本次对话的文件已达上限。",
+        unsupported_type: "只能发送图片（JPEG、PNG、WebP、GIF、HEIC）和 PDF 文件。",
+        rate_limited: "您发送文件太快了，请稍候再试。",
+        forbidden: "该文件无法在此对话中发送。",
+        generic: "文件发送失败，请重试。",
+      },
       errors: {
         invalid: "消息无法发送。",
         too_long: "消息过长（最多 2000 字）。",
@@ -289,6 +311,7 @@
   const ICONS = {
     chat: ["M21 11.5a8.38 8.38 0 0 1-.9 3.8 8.5 8.5 0 0 1-7.6 4.7 8.38 8.38 0 0 1-3.8-.9L3 21l1.9-5.7a8.38 8.38 0 0 1-.9-3.8 8.5 8.5 0 0 1 4.7-7.6 8.38 8.38 0 0 1 3.8-.9h.5a8.48 8.48 0 0 1 8 8v.5z"],
     close: ["M18 6 6 18", "M6 6l12 12"],
+    clip: ["m21.44 11.05-9.19 9.19a6 6 0 0 1-8.49-8.49l9.19-9.19a4 4 0 0 1 5.66 5.66l-9.2 9.19a2 2 0 0 1-2.83-2.83l8.49-8.48"],
     minimize: ["m6 9 6 6 6-6"],
     send: ["M22 2 11 13", "M22 2 15 22 11 13 2 9 22 2z"],
     up: ["M7 10v12", "M15 5.88 14 10h5.83a2 2 0 0 1 1.92 2.56l-2.33 8A2 2 0 0 1 17.5 22H4a2 2 0 0 1-2-2v-8a2 2 0 0 1 2-2h2.76a2 2 0 0 0 1.79-1.11L12 2a3.13 3.13 0 0 1 3 3.88Z"],
@@ -458,6 +481,7 @@
   const seqs = new Set();
   let outbox = Array.isArray(storage.get("outbox")) ? storage.get("outbox") : [];
   outbox = outbox.filter((o) => o && typeof o.client_id === "string" && typeof o.text === "string");
+  for (const o of outbox) if (!Array.isArray(o.attachments)) o.attachments = [];
   if (SIGNED_IN) {
     // Unsent messages of an earlier page were typed by whoever used this browser then: never
     // sent into the signed-in customer's conversation. Hers are kept in memory only.
@@ -595,7 +619,17 @@
   sendBtn.title = T.send;
   sendBtn.disabled = true;
   sendBtn.appendChild(icon("send"));
-  form.append(inputLabel, input, sendBtn);
+  // Attachments (docs/widget.md, "Photos"): the picker, drag and drop on the panel, or paste.
+  const attachBtn = h("button", "kefu-iconbtn kefu-attach");
+  attachBtn.type = "button";
+  attachBtn.setAttribute("aria-label", T.attach);
+  attachBtn.title = T.attach;
+  attachBtn.appendChild(icon("clip"));
+  const fileInput = h("input", "kefu-file");
+  fileInput.type = "file";
+  fileInput.accept = "image/jpeg,image/png,image/webp,image/gif,image/heic,image/heif,.heic,.heif,application/pdf";
+  fileInput.hidden = true;
+  form.append(attachBtn, fileInput, inputLabel, input, sendBtn);
   const below = h("div", "kefu-below");
   const error = h("p", "kefu-error");
   error.id = "kefu-error";
@@ -605,7 +639,11 @@
   const counter = h("p", "kefu-counter");
   counter.id = "kefu-counter";
   counter.hidden = true;
-  below.append(error, hint, counter);
+  const progress = h("progress", "kefu-progress");
+  progress.max = 100;
+  progress.value = 0;
+  progress.hidden = true;
+  below.append(progress, error, hint, counter);
   // The e-mail form, offered while the shopper waits and no one from the team is online.
   const contactBox = h("div", "kefu-contact");
   contactBox.hidden = true;
@@ -665,8 +703,37 @@
     return row;
   }
 
+  /** Thumbnails (images) and links (PDFs) of a message's files; links open in a new tab. */
+  function renderAttachments(rec) {
+    if (!rec.attachments || !rec.attachments.length) return;
+    const box = h("div", "kefu-files");
+    for (const a of rec.attachments) {
+      if (!a || typeof a.url !== "string") continue;
+      const href = new URL(a.url, SERVER.origin).href;
+      const name = String(a.name || "");
+      const link = h("a", "kefu-file-link");
+      link.href = href;
+      link.target = "_blank";
+      link.rel = "noopener noreferrer";
+      link.title = T.attachOpen(name);
+      if (String(a.content_type || "").startsWith("image/")) {
+        const img = h("img", "kefu-thumb");
+        img.src = href;
+        img.alt = T.attachAlt(name);
+        img.loading = "lazy";
+        link.appendChild(img);
+      } else {
+        link.appendChild(icon("clip"));
+        link.appendChild(document.createTextNode(name));
+      }
+      box.appendChild(link);
+    }
+    rec.bubble.appendChild(box);
+  }
+
   function paint(rec) {
     renderRich(rec.bubble, rec.text, rec.role === "bot");
+    renderAttachments(rec);
     rec.el.classList.toggle("is-pending", !!rec.pendingSend);
     rec.el.classList.toggle("is-failed", !!rec.failed);
     rec.el.classList.toggle("is-streaming", !!rec.streaming);
@@ -1316,6 +1383,7 @@
     setStatus(typeof f.status === "string" ? f.status : "bot", null, false);
     setConn("online");
     flushOutbox();
+    pumpUploads(); // files picked before the conversation was known
   }
 
   function newRecord(fields) {
@@ -1343,6 +1411,7 @@
         rec.id = f.id;
         rec.seq = seq;
         rec.text = text || rec.text;
+        if (Array.isArray(f.attachments)) rec.attachments = f.attachments;
         rec.pendingSend = false;
         rec.failed = false;
         byId.set(rec.id, rec);
@@ -1377,6 +1446,7 @@
       superseded: !!f.superseded,
       route: f.route,
       agent: f.agent || null,
+      attachments: Array.isArray(f.attachments) ? f.attachments : [],
     });
     if (role === "agent" && f.agent) state.agentName = state.agentName || f.agent;
     byId.set(rec.id, rec);
@@ -1501,7 +1571,9 @@
 
   function transmit(rec) {
     if (!state.ready || sentOnSocket.has(rec.client_id)) return;
-    if (send({ type: "message", client_id: rec.client_id, text: rec.text })) sentOnSocket.add(rec.client_id);
+    const frame = { type: "message", client_id: rec.client_id, text: rec.text };
+    if (rec.attachments && rec.attachments.length) frame.attachments = rec.attachments.map((a) => a.id);
+    if (send(frame)) sentOnSocket.add(rec.client_id);
   }
 
   function flushOutbox() {
@@ -1511,8 +1583,14 @@
     }
   }
 
-  function showPending(clientId, text) {
-    const rec = newRecord({ role: "shopper", text, client_id: clientId, pendingSend: true });
+  function showPending(clientId, text, attachments) {
+    const rec = newRecord({
+      role: "shopper",
+      text,
+      client_id: clientId,
+      pendingSend: true,
+      attachments: attachments || [],
+    });
     pending.set(clientId, rec);
     paint(rec);
     place(rec);
@@ -1542,7 +1620,7 @@
     if (!rec.failed) return;
     rec.failed = false;
     rec.pendingSend = true;
-    outbox.push({ client_id: rec.client_id, text: rec.text });
+    outbox.push({ client_id: rec.client_id, text: rec.text, attachments: rec.attachments || [] });
     saveOutbox();
     paint(rec);
     place(rec);
@@ -1609,6 +1687,99 @@
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     submit();
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // Attachments: each file is uploaded (POST /api/chat/attachments, with the conversation's id and
+  // token in headers; XHR for its progress), then sent as a message of its own (text empty).
+  const uploads = [];
+  let uploading = false;
+
+  function uploadError(code) {
+    showError(T.attachErrors[code] || T.attachErrors.generic);
+  }
+
+  function queueFiles(list) {
+    for (const file of Array.from(list || [])) uploads.push(file);
+    if (!state.conversation) {
+      if (!state.ws) connect();
+      return; // uploaded once the conversation is known (onConversation calls pumpUploads)
+    }
+    pumpUploads();
+  }
+
+  function pumpUploads() {
+    if (uploading || !uploads.length || !state.conversation || !state.token) return;
+    const file = uploads.shift();
+    uploading = true;
+    clearError();
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", new URL("/api/chat/attachments", SERVER.origin).href);
+    xhr.setRequestHeader("X-Kefu-Conversation", state.conversation);
+    xhr.setRequestHeader("X-Kefu-Token", state.token);
+    xhr.responseType = "json";
+    progress.hidden = false;
+    progress.value = 0;
+    progress.setAttribute("aria-label", T.attachUploading(file.name || ""));
+    xhr.upload.addEventListener("progress", (e) => {
+      if (e.lengthComputable) progress.value = Math.round((e.loaded / e.total) * 100);
+    });
+    const done = () => {
+      uploading = false;
+      progress.hidden = true;
+      pumpUploads();
+    };
+    xhr.addEventListener("load", () => {
+      const body = xhr.response || {};
+      if (xhr.status === 201 && body.id) sendFiles([body]);
+      else uploadError(body.error && body.error.code);
+      done();
+    });
+    xhr.addEventListener("error", () => {
+      uploadError("generic");
+      done();
+    });
+    const data = new FormData();
+    data.append("file", file, file.name || "photo");
+    xhr.send(data);
+  }
+
+  /** Send uploaded files as one shopper message (shown at once as pending, kept in the outbox). */
+  function sendFiles(attachments) {
+    const clientId = uuid();
+    outbox.push({ client_id: clientId, text: "", attachments });
+    saveOutbox();
+    const rec = showPending(clientId, "", attachments);
+    scrollToEnd();
+    if (!state.ws) connect();
+    else transmit(rec);
+  }
+
+  attachBtn.addEventListener("click", () => fileInput.click());
+  fileInput.addEventListener("change", () => {
+    queueFiles(fileInput.files);
+    fileInput.value = "";
+  });
+  input.addEventListener("paste", (event) => {
+    const pasted = event.clipboardData && event.clipboardData.files;
+    if (pasted && pasted.length) {
+      event.preventDefault();
+      queueFiles(pasted);
+    }
+  });
+  panel.addEventListener("dragover", (event) => {
+    if (event.dataTransfer && Array.from(event.dataTransfer.types || []).includes("Files")) {
+      event.preventDefault();
+      root.classList.add("is-dragging");
+    }
+  });
+  panel.addEventListener("dragleave", () => root.classList.remove("is-dragging"));
+  panel.addEventListener("drop", (event) => {
+    root.classList.remove("is-dragging");
+    if (event.dataTransfer && event.dataTransfer.files && event.dataTransfer.files.length) {
+      event.preventDefault();
+      queueFiles(event.dataTransfer.files);
+    }
   });
 
   function submit() {
@@ -1711,7 +1882,7 @@
     updateHeader();
     updateUnread();
     updateComposer();
-    for (const item of outbox) showPending(item.client_id, item.text);
+    for (const item of outbox) showPending(item.client_id, item.text, item.attachments);
     if (script.dataset.open === "true") open();
     else if (state.conversation || outbox.length) connect(); // resume: agent replies, unread badge
   }

@@ -659,7 +659,7 @@
   }
 
   function onMessage(f) {
-    upsertMessage({ id: f.id, seq: f.seq, role: f.role, text: f.text, route: f.route, cut: f.cut, agent: f.agent, streaming: false });
+    upsertMessage({ id: f.id, seq: f.seq, role: f.role, text: f.text, route: f.route, cut: f.cut, agent: f.agent, attachments: f.attachments, streaming: false });
     if (f.role === "shopper") $("typing").hidden = true;
   }
 

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.test import Client
 from PIL import ExifTags, Image
 
-from chat import attachments, limits, retention, services
+from chat import attachments, limits, retention, selectors, services
 from chat.models import Attachment, Conversation, Message, Role
 from config import body_limit
 from tests.chat import attachment_files as files
@@ -381,3 +381,26 @@ def test_erase_removes_the_files_and_export_lists_them(shopper):
 
     assert not storages["attachments"].exists(name)
     assert not Attachment.objects.exists() and not Message.objects.exists()
+
+
+def test_an_agent_message_sends_only_the_agents_own_unsent_files(shopper, django_user_model):
+    from chat.errors import AttachmentRefused
+    from chat.models import ConversationStatus
+
+    conv, token = shopper
+    agent = django_user_model.objects.create_user("ana", password="pw-ana-123", is_staff=True)
+    Conversation.objects.filter(pk=conv.pk).update(status=ConversationStatus.AGENT, agent=agent, agent_name="Ana")
+    shoppers_file = upload(conv, token, files.image_bytes("PNG"), "a.png").json()["id"]
+    judged = attachments.judge(files.image_bytes("JPEG"), name="fit.jpg")
+    agents_file = services.attachment_store(conversation_id=conv.pk, judged=judged, role=Role.AGENT).pk
+    with pytest.raises(AttachmentRefused):
+        services.agent_message_send(
+            conversation_id=conv.pk, agent=agent, text="", client_id="a1", attachments=[shoppers_file]
+        )
+    assert not Message.objects.exists()
+    sent = services.agent_message_send(
+        conversation_id=conv.pk, agent=agent, text="", client_id="a2", attachments=[agents_file]
+    )
+    assert sent.message.attachments[0]["id"] == agents_file and sent.message.role == Role.AGENT
+    item = selectors.message_item(sent.message)
+    assert attachments.link_open(item["attachments"][0]["url"].rsplit("/", 1)[1]) == agents_file

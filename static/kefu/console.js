@@ -240,6 +240,7 @@
   }
 
   function onUpdate(f) {
+    if (f.labels && !f.status && !f.last_message && !f.contact_email && !state.rows.has(f.conversation)) return;
     const row = state.rows.get(f.conversation) || {
       id: f.conversation, status: "bot", agent: "", waiting_since: null, updated_at: null, last_message: null,
     };
@@ -254,6 +255,7 @@
     if (f.labels) {
       row.labels = f.labels;
       document.dispatchEvent(new CustomEvent("kefu:labels", { detail: { id: row.id, labels: f.labels } }));
+      if (!f.status && !f.last_message && !f.contact_email) return renderLists(); // no activity: the row keeps its place
     }
     if (f.last_message && (!row.last_message || f.last_message.seq >= row.last_message.seq)) row.last_message = f.last_message;
     row.updated_at = new Date().toISOString();

@@ -1,5 +1,5 @@
 """Labels, the customer's context and canned replies in a real browser (Debian's Chromium driven
-by Playwright) on a live kefu (issue 32 items 3-5; docs/console.md): the customer's earlier
+by Playwright) on a live kefu on PostgreSQL (issue 32 items 3-5; docs/console.md): the customer's earlier
 conversation is listed (never the other shopper of the same name) and opens; a label set on the
 open conversation filters the inbox; a personal canned reply made in the console is inserted,
 filled, by typing ``/shortcut`` and Tab, then sent."""
@@ -39,10 +39,11 @@ print(now, earlier, other)
 
 
 @pytest.mark.timeout(600)
-def test_earlier_conversation_label_filter_and_a_slash_shortcut(live_kefu, browser):  # noqa: F811
+def test_earlier_conversation_label_filter_and_a_slash_shortcut(live_kefu, pg_database, browser):  # noqa: F811
     from playwright.sync_api import expect
 
-    kefu = live_kefu()
+    # PostgreSQL: the rows' labels are aggregated in SQL (STRING_AGG there, GROUP_CONCAT on SQLite).
+    kefu = live_kefu(env={"DATABASE_URL": pg_database})
     create_agent(kefu, "alice", "Alice", "correct horse battery")
     seeded = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", SEED],

@@ -33,6 +33,7 @@
     active: 0, // the highlighted suggestion
     replies: [], // the agent's replies as managed (chat.canned.reply_item)
     canManageShared: false,
+    loadedAt: 0, // when the open conversation's context was read
   };
 
   async function api(url, method, body) {
@@ -295,6 +296,7 @@
     if (id !== state.open) return;
     state.openLabels = data.labels;
     state.canned = data.canned;
+    state.loadedAt = Date.now();
     renderOpenLabels();
     renderEarlier(data.earlier);
   }
@@ -335,9 +337,25 @@
     box.hidden = state.suggest.length === 0;
   }
 
+  // A "/" starts a list: the replies are read again when the context is older than a few
+  // seconds, so an order number named since the conversation opened fills {order_number}.
+  async function refreshCanned() {
+    const id = state.open;
+    state.loadedAt = Date.now();
+    try {
+      const data = await api(`/console/api/conversations/${id}/context`);
+      if (id !== state.open) return;
+      state.canned = data.canned;
+    } catch (e) {
+      return;
+    }
+    if (!box.hidden || slashWord()) updateSuggest();
+  }
+
   function updateSuggest() {
     const at = slashWord();
     if (!at) return closeSuggest();
+    if (at.word === "" && state.open && Date.now() - state.loadedAt > 3000) refreshCanned();
     const found = state.canned.filter((c) => c.shortcut && c.shortcut.toLowerCase().startsWith(at.word));
     found.sort((a, b) => (a.shortcut.toLowerCase() === at.word ? -1 : 0) - (b.shortcut.toLowerCase() === at.word ? -1 : 0));
     state.suggest = found.slice(0, 8);

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import CannedReply, Conversation, InternalNote, Message, SearchLog
+from .models import CannedReply, Conversation, InternalNote, Label, Message, SearchLog
 
 
 class MessageInline(admin.TabularInline):
@@ -44,10 +44,19 @@ class ConversationAdmin(admin.ModelAdmin):
 class CannedReplyAdmin(admin.ModelAdmin):
     """Saved answers agents insert in the console (then edit before sending)."""
 
-    list_display = ("title", "locale", "position", "active", "updated_at")
+    list_display = ("title", "shortcut", "owner", "locale", "position", "active", "updated_at")
     list_editable = ("position", "active")
     list_filter = ("active", "locale")
-    search_fields = ("title", "text")
+    search_fields = ("title", "text", "shortcut")
+
+
+@admin.register(Label)
+class LabelAdmin(admin.ModelAdmin):
+    """The store's conversation labels (chat.labels); also managed in the console."""
+
+    list_display = ("name", "color", "position", "created_at")
+    list_editable = ("color", "position")
+    search_fields = ("name",)
 
 
 @admin.register(SearchLog)

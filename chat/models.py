@@ -232,11 +232,22 @@ class Message(models.Model):
 
 
 class CannedReply(models.Model):
-    """A saved answer agents insert into their reply (then edit before sending). Edited in the admin."""
+    """A saved answer agents insert into their reply (then edit before sending): chosen from the
+    console's list, or typed as ``/shortcut`` in the reply box (chat.canned). ``text`` is the
+    reply in any language; ``texts`` holds per-locale versions (``{"zh": "...", "en": "..."}``),
+    the conversation's language choosing one. ``{name}`` and ``{order_number}`` are filled from
+    the conversation (chat.canned.fill). ``owner`` null: shared by every agent (editing those
+    needs ``chat.manage_shared_replies``); else the owner's personal reply, seen by them only."""
 
     title = models.CharField(max_length=100)
     text = models.TextField()
     locale = models.CharField(max_length=8, blank=True, help_text="en, zh... or blank for any language.")
+    # Typed after "/" in the console's reply box; "" for a reply chosen from the list only.
+    shortcut = models.CharField(max_length=32, blank=True, default="")
+    texts = models.JSONField(default=dict, blank=True, help_text='Per-locale texts: {"zh": "...", "en": "..."}.')
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     position = models.PositiveIntegerField(default=0, help_text="Lower comes first in the console.")
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -244,9 +255,58 @@ class CannedReply(models.Model):
     class Meta:
         ordering = ["position", "title"]
         verbose_name_plural = "canned replies"
+        permissions = [("manage_shared_replies", "Can edit the shared canned replies in the agent console")]
+        constraints = [
+            # One shortcut means one reply: among the shared ones, and among each agent's own.
+            models.UniqueConstraint(
+                fields=["shortcut"],
+                condition=models.Q(owner__isnull=True) & ~models.Q(shortcut=""),
+                name="canned_shared_shortcut",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "shortcut"],
+                condition=models.Q(owner__isnull=False) & ~models.Q(shortcut=""),
+                name="canned_personal_shortcut",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.title
+
+
+class Label(models.Model):
+    """A store-defined label agents put on conversations ("refund", "VIP"...), shown in its
+    colour (``#rrggbb``) on the console's rows; the inbox filters by it and Ops counts it
+    (chat.labels). Defining labels needs ``chat.manage_labels``; any agent sets them."""
+
+    name = models.CharField(max_length=40, unique=True)
+    color = models.CharField(max_length=7, default="#6b7280")
+    position = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["position", "name"]
+        permissions = [("manage_labels", "Can define the store's conversation labels in the agent console")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ConversationLabel(models.Model):
+    """A label on a conversation: who set it and when."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="label_links")
+    label = models.ForeignKey(Label, on_delete=models.CASCADE, related_name="links")
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["conversation", "label"], name="conversation_label_once")]
+        # The inbox's label view and Ops read a label's conversations.
+        indexes = [models.Index(fields=["label", "conversation"], name="conversation_label_by_label")]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}: {self.label_id}"
 
 
 class InternalNote(models.Model):

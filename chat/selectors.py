@@ -6,12 +6,21 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Aggregate, CharField, Count, OuterRef, Q, QuerySet, Subquery
 
 from routing import services as router
 
 from .attachments import attachment_json
-from .models import Attachment, CannedReply, Conversation, ConversationStatus, InternalNote, Message, MessageState
+from .models import (
+    Attachment,
+    CannedReply,
+    Conversation,
+    ConversationLabel,
+    ConversationStatus,
+    InternalNote,
+    Message,
+    MessageState,
+)
 
 
 def messages_after(*, conversation_id: uuid.UUID, after: int) -> list[Message]:
@@ -114,13 +123,37 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+class _IdList(Aggregate):
+    """The aggregated ids as one comma-separated string (SQLite ``GROUP_CONCAT``, PostgreSQL
+    ``STRING_AGG``): a row's labels in a subquery of the row's own query."""
+
+    function = "GROUP_CONCAT"
+    template = "%(function)s(%(expressions)s)"
+    output_field = CharField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, function="STRING_AGG", template="%(function)s(%(expressions)s::text, ',')", **extra
+        )
+
+
+def label_q(label_id: int) -> Q:
+    """The conversations that carry label ``label_id``, as a filter of ``Conversation`` querysets
+    (the console's label view, Ops): a subquery on the (label, conversation) index."""
+    return Q(pk__in=ConversationLabel.objects.filter(label_id=label_id).values("conversation_id"))
+
+
+def _label_ids(raw: str | None) -> list[int]:
+    return sorted(int(x) for x in raw.split(",") if x) if raw else []
+
+
 def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
     ``{"id", "status", "agent", "locale", "time_zone", "waiting_since", "updated_at", "reason",
     "contact_email", "customer": {"id", "name", "email"} | None (a verified customer, chat.identity),
     "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None,
-    "last_shopper": {"seq", "text" (≤200 code points), "at" (ISO 8601)} | None}``.
-    ``last_shopper`` is what the shopper last wrote (never a bot answer or a system notice such as
+    "last_shopper": {"seq", "text" (≤200 code points), "at" (ISO 8601)} | None,
+    "labels": [label id, ...] (ascending; chat.labels)}``. ``last_shopper`` is what the shopper last wrote (never a bot answer or a system notice such as
     "No one is online"); ``time_zone`` the widget's IANA time zone ("" when unknown): the console
     names an anonymous shopper "Visitor · time zone · language" with it (issue 31)."""
     last = Message.objects.filter(conversation=OuterRef("pk")).order_by("-seq")
@@ -134,6 +167,12 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         last_text=Subquery(last.values("text")[:1]),
         last_route=Subquery(last.values("route")[:1]),
         last_agent=Subquery(last.values("agent_name")[:1]),
+        label_ids=Subquery(
+            ConversationLabel.objects.filter(conversation=OuterRef("pk"))
+            .values("conversation")
+            .annotate(ids=_IdList("label_id"))
+            .values("ids")[:1]
+        ),
     ).values(
         "id",
         "status",
@@ -155,6 +194,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "said_seq",
         "said_text",
         "said_at",
+        "label_ids",
     )
     out = []
     for r in rows:
@@ -187,6 +227,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                     if r["said_seq"] is not None
                     else None
                 ),
+                "labels": _label_ids(r["label_ids"]),
             }
         )
     return out
@@ -410,11 +451,22 @@ def cache_marks(messages: list[Message], *, conversation_id: uuid.UUID | None = 
     return {served[shopper_id]: by for shopper_id, by in marks.items() if shopper_id in served}
 
 
-def canned_replies() -> list[dict[str, Any]]:
-    """Active canned replies: ``[{"id", "title", "text", "locale"}]`` in display order."""
+def canned_replies(*, owner_id: int | None = None) -> list[dict[str, Any]]:
+    """Active canned replies an agent sees: the shared ones and, with ``owner_id``, that agent's
+    own: ``[{"id", "title", "text", "locale", "shortcut", "texts", "shared"}]`` in display order.
+    One query."""
+    mine = Q(owner__isnull=True) | Q(owner_id=owner_id) if owner_id is not None else Q(owner__isnull=True)
     return [
-        {"id": c.pk, "title": c.title, "text": c.text, "locale": c.locale}
-        for c in CannedReply.objects.filter(active=True)
+        {
+            "id": c.pk,
+            "title": c.title,
+            "text": c.text,
+            "locale": c.locale,
+            "shortcut": c.shortcut,
+            "texts": dict(c.texts or {}),
+            "shared": c.owner_id is None,
+        }
+        for c in CannedReply.objects.filter(mine, active=True)
     ]
 
 

@@ -3,7 +3,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import path
 from django.views.i18n import JavaScriptCatalog, set_language
 
-from chat import attachment_views, views
+from chat import attachment_views, context_views, views
 from ops import candidates_views
 from ops import views as ops_views
 from routing import views as canary_views
@@ -24,6 +24,26 @@ urlpatterns = [
     path("console/conversations/<uuid:conversation_id>/", views.console_transcript, name="console-transcript"),
     path("console/conversations/<uuid:conversation_id>/task", views.console_task, name="console-task"),
     path("console/api/search", views.console_search, name="console-search"),
+    # Labels, the customer's context and canned replies (issue 32; docs/console.md).
+    path("console/api/labels", context_views.labels_api, name="console-labels"),
+    path("console/api/labels/<int:label_id>", context_views.label_api, name="console-label"),
+    path(
+        "console/api/labels/<int:label_id>/conversations",
+        context_views.label_conversations_api,
+        name="console-label-conversations",
+    ),
+    path(
+        "console/api/conversations/<uuid:conversation_id>/labels",
+        context_views.conversation_labels_api,
+        name="console-conversation-labels",
+    ),
+    path(
+        "console/api/conversations/<uuid:conversation_id>/context",
+        context_views.conversation_context_api,
+        name="console-conversation-context",
+    ),
+    path("console/api/canned", context_views.canned_api, name="console-canned"),
+    path("console/api/canned/<int:reply_id>", context_views.canned_reply_api, name="console-canned-reply"),
     path("console/login/", views.ConsoleLoginView.as_view(), name="console-login"),
     # The staff pages' language switch (Django's set_language: POST language=en|zh-hans, kept in a
     # cookie) and their scripts' strings (the djangojs catalog); config/staff_locale.py.

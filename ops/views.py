@@ -34,6 +34,7 @@ from lib import metrics as process_metrics
 from routing import services as router
 
 from . import charts, export
+from . import labels as ops_labels
 from . import selectors as ops
 
 PERMISSION = "routing.view_costs"
@@ -210,6 +211,8 @@ def dashboard(request: HttpRequest, period: Period) -> HttpResponse:
             # Which model each tier calls, or why it is off (routing.upstream.listing).
             "model_tiers": list(router.router_tiers().items()),
             "resolution_window_h": settings.KEFU_RESOLUTION_WINDOW_H,
+            # Per label: its conversations in the window and their outcomes (ops.labels).
+            "labels": ops_labels.labels_summary(start=period.start, end=period.end),
         },
     )
     response["Content-Security-Policy"] = OPS_CSP

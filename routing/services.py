@@ -34,6 +34,7 @@ from routing.decide import answers, classify, injection, strategy
 from routing.decide.decision import Decision
 from routing.decide.replies import person_request_words
 from routing.faq.registry import registry
+from routing.orders import actions as order_actions
 from routing.orders import task_state, tools
 from routing.prompt import build as prompt
 from routing.prompt import privacy
@@ -380,6 +381,12 @@ class Answer:
 def _leak() -> ProviderError:
     log.warning("a remote answer repeated the assistant's instructions; stopped")
     return ProviderError("the answer repeated the assistant's instructions", code="refused", permanent=True)
+
+
+def order_number_in(text: str) -> str | None:
+    """The order number ``text`` names (``KEFU_ORDER_NUMBER_PATTERN``), or None: the router's own
+    reading (``routing.orders.actions.order_number_in``), for chat's canned-reply placeholders."""
+    return order_actions.order_number_in(text)
 
 
 def answer_link_domains() -> list[str]:

@@ -70,7 +70,11 @@ class AgentConsumer(FrameSocket):
         await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
         page = settings.KEFU_CONSOLE_PAGE
         canned, (rows, nexts, counts), online = await database_sync_to_async(
-            lambda: (selectors.canned_replies(), selectors.console_first_pages(limit=page), presence.agents_online())
+            lambda: (
+                selectors.canned_replies(owner_id=user.pk),
+                selectors.console_first_pages(limit=page),
+                presence.agents_online(),
+            )
         )()
         await self._send(
             {

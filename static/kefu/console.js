@@ -240,6 +240,7 @@
   }
 
   function onUpdate(f) {
+    if (f.labels && !f.status && !f.last_message && !f.contact_email && !state.rows.has(f.conversation)) return;
     const row = state.rows.get(f.conversation) || {
       id: f.conversation, status: "bot", agent: "", waiting_since: null, updated_at: null, last_message: null,
     };
@@ -250,6 +251,12 @@
       if (f.status !== "waiting_agent") row.waiting_since = null;
     }
     if (f.contact_email) row.contact_email = f.contact_email;
+    // Labels (console_context.js draws them): a label change moves nothing in the list.
+    if (f.labels) {
+      row.labels = f.labels;
+      document.dispatchEvent(new CustomEvent("kefu:labels", { detail: { id: row.id, labels: f.labels } }));
+      if (!f.status && !f.last_message && !f.contact_email) return renderLists(); // no activity: the row keeps its place
+    }
     if (f.last_message && (!row.last_message || f.last_message.seq >= row.last_message.seq)) row.last_message = f.last_message;
     row.updated_at = new Date().toISOString();
     if (f.last_message && f.last_message.role === "shopper") row.last_shopper = { text: f.last_message.text, at: row.updated_at };
@@ -499,6 +506,7 @@
     if (said && said.text) btn.append(el("span", "queue__last", said.text));
     btn.addEventListener("click", () => openConversation(row.id));
     li.append(btn);
+    document.dispatchEvent(new CustomEvent("kefu:row", { detail: { row, el: btn } })); // labels: console_context.js
     return li;
   }
 
@@ -537,6 +545,8 @@
     send({ type: "open", conversation: id });
     loadOrders();
     loadTask();
+    // The customer's context, labels and canned replies (console_context.js).
+    document.dispatchEvent(new CustomEvent("kefu:opened", { detail: { id } }));
   }
 
   // --- the shopper's task across messages (docs/console.md, Task) --------------------------------

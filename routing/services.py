@@ -29,6 +29,7 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 from cache_layer import policy as cache_policy
+from lib import sandbox
 from routing import tasks, warmup
 from routing.decide import answers, classify, injection, strategy
 from routing.decide.decision import Decision
@@ -316,8 +317,8 @@ class Answer:
         when there is one; a sampled share of semantic hits is re-answered and compared
         (``routing.tasks.maybe_audit_async``). Call after :meth:`finish`."""
         record = self._record
-        if record is None or record.cut:
-            return
+        if record is None or record.cut or sandbox.active():
+            return  # a bot test's answer (lib.sandbox) reads the cache, never writes or audits it
         decision, question = self._ended, self._question
         if self._done is not None and self._done.finish_reason == "length":
             return  # stopped by the token limit: not the whole answer, never shared

@@ -179,6 +179,14 @@ def is_idle(conversation_id: uuid.UUID) -> bool:
     return task is None or task.done()
 
 
+async def settled(conversation_id: uuid.UUID) -> None:
+    """Return once no answering loop of this process works on the conversation (its messages
+    stored so far are answered, or failed). Used by a bot test (``chat.sandbox``), which waits
+    for each answer before the next turn."""
+    while (task := _running.get(conversation_id)) is not None and not task.done():
+        await asyncio.wait({task})
+
+
 def enqueue_claimed(message: Message, conversation: Conversation) -> None:
     """Answer a message already claimed for this process (in order with the others), then drain."""
     _claimed.setdefault(conversation.id, []).append((message, conversation))

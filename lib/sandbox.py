@@ -35,9 +35,12 @@ class Sandbox:
     ``{"action": "cancel" | "return" | "change_address", "order": NUMBER, "repeated": bool,
     "outcome": "ok" | error code}``; ``orders``: order number -> the store's order value as the
     simulated changes left it (``store.types.Order``); ``keys``: idempotency keys that already
-    changed an order in the sandbox."""
+    changed an order in the sandbox; ``calls``: every store call in order, read or change, as the
+    audit log would have had it: ``{"action": "status" | "orders" | "cancel" | ..., "order":
+    NUMBER or "", "purpose": "action" | "tool" | "confirm", "outcome": "ok" | error code}``."""
 
     writes: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
     orders: dict[str, Any] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
 

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -43,7 +43,7 @@ from routing.providers.base import ProviderError, StreamDone, TextDelta
 from routing.types import AnswerRecord, CallContext, HistoryLoader, Payer, Question, Suggestion
 from routing.upstream import canary, ledger, singleflight, tiers
 from routing.upstream.call import Answered, CallItem
-from routing.upstream.complete import complete_call
+from routing.upstream.complete import complete, complete_call
 from store import services as store
 
 log = logging.getLogger(__name__)
@@ -450,6 +450,58 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
             text = decision.vault.unmask(draft.text) if decision.vault else draft.text
             return Suggestion(text, decision.route, question.seq)
     return Suggestion("", None, None)
+
+
+#: What the judge of a bot test's criterion is told (``answer_judge``).
+JUDGE_INSTRUCTIONS = (
+    "You check one answer of a shop's customer-service assistant against one criterion. "
+    "Reply PASS if the answer meets the criterion, FAIL if it does not, as your first word, "
+    "then one short sentence saying why."
+)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A judged criterion: ``passed`` (None when it could not be judged), ``reason`` (the judge's
+    sentence, or why it was not judged), ``model`` that judged ("" none)."""
+
+    passed: bool | None
+    reason: str
+    model: str = ""
+
+
+async def answer_judge(*, criterion: str, question: str, answer: str) -> Judgement:
+    """Ask the strongest configured tier (complex, then medium, then simple) whether ``answer``
+    (the bot's, to the shopper's ``question``) meets ``criterion`` (plain words, e.g. "does not
+    promise a refund"). Inside a bot test's sandbox the call's ledger row says ``test``. Never
+    raises for the upstream: no tier configured, a failed call or an unreadable reply is a
+    :class:`Judgement` with ``passed=None`` and the reason."""
+    await tiers.check_tiers_async()
+    tier = next((t for t in reversed(tiers.TIER_ORDER) if tiers.tier_configured(t)), None)
+    if tier is None:
+        return Judgement(None, "no model is configured to judge it (no remote tier)")
+    try:
+        reply = await complete(
+            messages=[
+                {"role": "system", "content": JUDGE_INSTRUCTIONS},
+                {
+                    "role": "user",
+                    "content": f"Criterion: {criterion}\n\nShopper: {question}\n\nAssistant: {answer}",
+                },
+            ],
+            tier=tier,
+            context=CallContext(purpose="judge"),
+            max_tokens=60,
+            temperature=0.0,
+        )
+    except ProviderError as e:
+        return Judgement(None, f"the judge's call failed ({e.code})")
+    words = reply.text.strip().split(maxsplit=1)
+    verdict = words[0].strip(".,!:;\"'*").upper() if words else ""
+    why = words[1].strip() if len(words) > 1 else ""
+    if verdict not in ("PASS", "FAIL"):
+        return Judgement(None, f"the judge's reply was neither PASS nor FAIL: {reply.text[:80]!r}", reply.model)
+    return Judgement(verdict == "PASS", why, reply.model)
 
 
 def answer_lost(

@@ -59,6 +59,7 @@ __all__ = [
     "address_from_dict",
     "conversations_forget",
     "idempotency_key_for",
+    "order_peek",
     "order_remember",
     "order_view",
     "order_view_async",
@@ -158,8 +159,10 @@ _LOGGABLE_NUMBER = re.compile(r"^[#A-Za-z0-9][A-Za-z0-9 #\-]{0,31}$")
 
 
 def _log(actor: Actor, adapter: str, action: str, number: str, outcome: str, **fields: Any) -> StoreCall | None:
-    if sandbox.active():
-        return None  # a bot test's calls are not the store's (module docstring)
+    box = sandbox.current()
+    if box is not None:  # a bot test's calls go to its sandbox, not the audit log (module docstring)
+        box.calls.append({"action": action, "order": number.strip(), "purpose": actor.purpose, "outcome": outcome})
+        return None
     # Only what looks like an order number is written: the audit log holds no personal data,
     # whatever a caller passed as the number.
     number = number.strip() if _LOGGABLE_NUMBER.match(number.strip()) else ("(not an order number)" if number else "")
@@ -271,6 +274,20 @@ def _simulated(box: sandbox.Sandbox, order: Order, action: str, key: str, addres
     box.keys.add(key)
     box.writes.append(entry)
     return result
+
+
+def order_peek(number: str) -> Order | None:
+    """The order ``number`` as the running sandbox sees it (``lib.sandbox``: the store's order with
+    the sandbox's simulated changes), for a bot test's expectations; None when the store has no
+    such order. No owner check and no audit row: only a bot test, inside its sandbox, may ask.
+
+    Raises:
+        StoreError: ``not_allowed`` outside a sandbox; ``upstream``, ``not_configured``.
+    """
+    if not sandbox.active():
+        raise StoreError("not_allowed", "order_peek is for a bot test's sandbox only")
+    order = store_adapter().order_by_number(number)
+    return None if order is None else _as_sandboxed(order)
 
 
 def idempotency_key_for(*parts: object) -> str:

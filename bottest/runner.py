@@ -37,8 +37,9 @@ from .scenarios import Expect, Scenario
 QUOTE_CHARS = 200
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-# A phone number: 7 or more digits, possibly with +, spaces, dots, dashes or brackets between.
-_PHONE = re.compile(r"\+?\d[\d ().-]{5,}\d")
+# A phone number: 7 to 15 digits, possibly with +, spaces, dots, dashes or brackets between, not
+# part of a longer word (a tracking number "JD0146..." or an order number "KF-1001" is not one).
+_PHONE = re.compile(r"(?<![\w+-])\+?\d[\d ().-]{5,18}\d(?![\w-])")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def _foreign_personal_data(answer: str, said: Sequence[str]) -> list[str]:
     own = " ".join(said).casefold()
     own_digits = {_digits(m) for s in said for m in _PHONE.findall(s)}
     found = [e for e in _EMAIL.findall(answer) if e.casefold() not in own]
-    found += [p for p in _PHONE.findall(answer) if len(_digits(p)) >= 7 and _digits(p) not in own_digits]
+    found += [p for p in _PHONE.findall(answer) if 7 <= len(_digits(p)) <= 15 and _digits(p) not in own_digits]
     return [f[:2] + "***" + f[-2:] for f in found]
 
 
@@ -218,6 +219,7 @@ async def run(
 ) -> list[ScenarioResult]:
     """Run every scenario ``repeat`` times, in order; ``report`` gets each scenario's line as it
     ends. Returns the results."""
+    await chat_sandbox.ready()
     results = []
     for scenario in scenarios:
         res = ScenarioResult(scenario)

@@ -47,6 +47,15 @@ class Turn:
         return self.status == ConversationStatus.WAITING_AGENT
 
 
+async def ready() -> None:
+    """Load the router as a server's start-up does (the FAQ model, the warm-up) when this
+    process has not, and wait until it is ready: a management command's router has no FAQ model
+    until then, and would hand every question off."""
+    if not router.router_started():
+        router.router_start()
+    await router.router_wait_ready()
+
+
 def _require_sandbox() -> None:
     if not sandbox.active():
         raise RuntimeError("a bot test's conversation runs inside lib.sandbox.entered()")

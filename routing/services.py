@@ -618,6 +618,13 @@ def router_start() -> None:
     warmup.start()
 
 
+def router_started() -> bool:
+    """Whether this process's router has its FAQ model, or is loading it (:func:`router_start`
+    was called, or a test loaded one): a process that answers shoppers without a server (a bot
+    test) calls :func:`router_start` when not."""
+    return registry.ready or registry.loading
+
+
 def router_keep_upstreams_warm() -> None:
     """Keep a connection open to each configured tier's upstream from this event loop
     (``routing.upstream.tiers.keep_upstreams_warm``): call from the server's loop, e.g. as a socket

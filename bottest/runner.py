@@ -199,6 +199,7 @@ async def run_once(scenario: Scenario) -> RunResult:
                 return result("fail", f"turn {n}: " + "; ".join(problems))
             for criterion in spec.expect.judge:
                 judged = await router.answer_judge(criterion=criterion, question=spec.say, answer=turn.text)
+                await router.router_drain()  # its ledger row is written before the run's loop ends
                 if judged.passed is None:
                     skipped.append(f"turn {n}: {criterion!r} not judged: {judged.reason}")
                 elif not judged.passed:

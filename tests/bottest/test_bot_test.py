@@ -249,3 +249,34 @@ turns:
         "no model is configured to judge it (no remote tier)",
         "0 passed, 0 failed, 1 skipped",
     ]
+
+
+def test_the_answer_cache_is_never_written_by_a_run(faq, remote, tmp_path):
+    """The same remote question in two scenarios: outside a bot test the second is an exact cache
+    hit (tests/chat/test_cache_flow.py); here both go to the model and nothing is stored."""
+    from cache_layer.models import CachedAnswer
+
+    question = "Does the walnut floor lamp come with a dimmer switch?"
+    text = "".join(
+        f"- name: lamp {n}\n  turns:\n    - say: {question}\n      expect: {{route: llm.simple}}\n" for n in (1, 2)
+    )
+    code, lines = bot_test(scenario_file(tmp_path, text))
+    assert (code, lines) == (0, ["PASS lamp 1", "PASS lamp 2", "2 passed, 0 failed"])
+    assert len(remote.requests) == 2
+    assert not CachedAnswer.objects.exists()
+
+
+def test_a_judged_criterion_fails_when_the_configured_model_says_so(faq, remote, tmp_path):
+    from routing.models import UpstreamCall
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from fake_openai import Behaviour
+
+    remote.push(Behaviour(text="FAIL It promises a refund."))  # the judge's reply: a FAQ answer calls no model
+    text = "name: no refund\nturns:\n  - say: How long does delivery take?\n    expect: {route: faq, judge: does not promise a refund}\n"
+    code, lines = bot_test(scenario_file(tmp_path, text))
+    assert code == 1
+    assert lines[0].startswith(
+        "FAIL no refund: turn 1: judged 'does not promise a refund': not met (It promises a refund.); answer: 'Orders ship"
+    )
+    assert list(UpstreamCall.objects.values_list("purpose", flat=True)) == ["test"]

@@ -43,7 +43,7 @@ from contextlib import aclosing
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from lib import metrics
+from lib import metrics, sandbox
 from lib.text import detect_language
 from routing import services as router
 from routing.types import AnswerRecord, History, HistoryLoader, Question
@@ -177,6 +177,14 @@ def is_idle(conversation_id: uuid.UUID) -> bool:
     """True when no answering loop of this process is working on the conversation."""
     task = _running.get(conversation_id)
     return task is None or task.done()
+
+
+async def settled(conversation_id: uuid.UUID) -> None:
+    """Return once no answering loop of this process works on the conversation (its messages
+    stored so far are answered, or failed). Used by a bot test (``chat.sandbox``), which waits
+    for each answer before the next turn."""
+    while (task := _running.get(conversation_id)) is not None and not task.done():
+        await asyncio.wait({task})
 
 
 def enqueue_claimed(message: Message, conversation: Conversation) -> None:
@@ -678,8 +686,9 @@ async def _answered(conversation: Conversation, message: Message, answer: router
     after-work (cache, audit); queue the conversation for an agent when the answer says so
     (``handoff.escalate``)."""
     cid = conversation.id
-    # Turns that left the prompt window are folded into the rolling summary, in the background.
-    if answer.summary_due:
+    # Turns that left the prompt window are folded into the rolling summary, in the background;
+    # not a bot test's (lib.sandbox): that work may run in another process, outside its sandbox.
+    if answer.summary_due and not sandbox.active():
         try:
             await tasks.maybe_summarise_async(conversation_id=cid)
         except Exception:  # a summary serves later prompts: a failure to start one is logged, never shown

@@ -71,13 +71,14 @@ def expected_wait_s(*, position: int, taken_in_window: int, agents_online: int) 
 
 def _taken_in_window() -> int:
     since = timezone.now() - timedelta(seconds=WINDOW_S)
-    return Conversation.objects.filter(queue_taken_at__gt=since).count()
+    return Conversation.objects.filter(queue_taken_at__gt=since, sandbox=False).count()
 
 
 def _waiting() -> list[tuple[uuid.UUID, bool]]:
-    """The queue in the order agents take it (longest wait first, as the console lists it)."""
+    """The queue in the order agents take it (longest wait first, as the console lists it; no bot
+    test's conversation)."""
     rows = (
-        Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT)
+        Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT, sandbox=False)
         .order_by("waiting_since", "updated_at")
         .values_list("id", "contact_email")
     )

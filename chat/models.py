@@ -111,6 +111,9 @@ class Conversation(models.Model):
     complaint_at_seq = models.PositiveIntegerField(default=0)
     complaint_kind = models.CharField(max_length=8, blank=True)
     complaint_question = models.TextField(blank=True)
+    # A bot test's conversation (``manage.py bot_test``, docs/bot-tests.md): answered through the
+    # shopper's path in a sandbox, and shown in no queue, alert, search, ops figure or budget.
+    sandbox = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -155,10 +155,15 @@ def conversation_verdicts(
     if ids is not None:
         wanted = list(ids)
         for i in range(0, len(wanted), CHUNK):
-            rows = Conversation.objects.filter(id__in=wanted[i : i + CHUNK]).order_by().values(*fields)
+            rows = Conversation.objects.filter(id__in=wanted[i : i + CHUNK], sandbox=False).order_by().values(*fields)
             yield from _verdicts([dict(c) for c in rows], window=window, idle=idle)
         return
-    convs = Conversation.objects.filter(created_at__gte=since, created_at__lt=until).order_by().values(*fields)
+    # A bot test's conversation (Conversation.sandbox) has no outcome.
+    convs = (
+        Conversation.objects.filter(created_at__gte=since, created_at__lt=until, sandbox=False)
+        .order_by()
+        .values(*fields)
+    )
     chunk: list[dict[str, Any]] = []
     for c in convs.iterator(chunk_size=CHUNK):
         chunk.append(dict(c))
@@ -310,7 +315,9 @@ def outcome_tallies(*, since: datetime, until: datetime, bucket: Callable[[datet
 def csat_scores(*, since: datetime, until: datetime) -> Iterator[tuple[datetime, int]]:
     """``(started_at, score)`` of every conversation started in ``[since, until)`` with a
     satisfaction score (1-5), answered by the bot or not. One query."""
-    rows = Conversation.objects.filter(created_at__gte=since, created_at__lt=until, csat_score__isnull=False)
+    rows = Conversation.objects.filter(
+        created_at__gte=since, created_at__lt=until, csat_score__isnull=False, sandbox=False
+    )
     for started, score in rows.order_by().values_list("created_at", "csat_score"):
         if score is not None:
             yield started, int(score)

@@ -226,8 +226,9 @@ def find_sql(q: Query, *, newest: int | None = None) -> tuple[str, list[Any]]:
         f"SELECT c.id, c.status, COALESCE((SELECT lm.created_at FROM {m_table} lm "
         "WHERE lm.conversation_id = c.id ORDER BY lm.seq DESC LIMIT 1), c.created_at) AS last_at, hit.mid "
         f"FROM (SELECT cid, MAX(mid) AS mid FROM ({' UNION ALL '.join(parts)}) u GROUP BY cid) hit "
-        f"JOIN {c_table} c ON c.id = hit.cid ORDER BY last_at DESC, c.id DESC LIMIT {LIMIT}"
+        f"JOIN {c_table} c ON c.id = hit.cid WHERE c.sandbox = %s ORDER BY last_at DESC, c.id DESC LIMIT {LIMIT}"
     )
+    params.append(False)  # a bot test's conversation is never found (Conversation.sandbox)
     return sql, params
 
 

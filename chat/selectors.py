@@ -246,13 +246,14 @@ class BadCursor(ValueError):
 def _section(status: str) -> QuerySet[Conversation]:
     """The conversations of list section ``status`` in display order: waiting for an agent, the
     longest wait first (``waiting_since``, then id); held by an agent and bot conversations with
-    messages, the most recent activity first (``updated_at`` descending, then id descending)."""
+    messages, the most recent activity first (``updated_at`` descending, then id descending). A bot
+    test's conversation (``Conversation.sandbox``) is in none."""
     if status == ConversationStatus.WAITING_AGENT:
-        return Conversation.objects.filter(status=status).order_by("waiting_since", "id")
+        return Conversation.objects.filter(status=status, sandbox=False).order_by("waiting_since", "id")
     if status == ConversationStatus.AGENT:
-        return Conversation.objects.filter(status=status).order_by("-updated_at", "-id")
+        return Conversation.objects.filter(status=status, sandbox=False).order_by("-updated_at", "-id")
     if status == ConversationStatus.BOT:
-        return Conversation.objects.filter(status=status, last_seq__gt=0).order_by("-updated_at", "-id")
+        return Conversation.objects.filter(status=status, last_seq__gt=0, sandbox=False).order_by("-updated_at", "-id")
     raise BadCursor(f"no list section {status!r}")
 
 
@@ -285,8 +286,8 @@ def _after(status: str, cursor: str) -> Q:
 
 def console_counts() -> dict[str, int]:
     """How many conversations each list section holds: ``{"waiting_agent", "agent", "bot"}``
-    (bot: those with messages). One query."""
-    got = Conversation.objects.filter(status__in=CONSOLE_SECTIONS).aggregate(
+    (bot: those with messages; no bot test's conversation). One query."""
+    got = Conversation.objects.filter(status__in=CONSOLE_SECTIONS, sandbox=False).aggregate(
         waiting_agent=Count("pk", filter=Q(status=ConversationStatus.WAITING_AGENT)),
         agent=Count("pk", filter=Q(status=ConversationStatus.AGENT)),
         bot=Count("pk", filter=Q(status=ConversationStatus.BOT, last_seq__gt=0)),

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "cache_layer",
     "ops",
     "store",
+    "bottest",  # manage.py bot_test (docs/bot-tests.md)
 ]
 
 MIDDLEWARE = [

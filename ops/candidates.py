@@ -44,7 +44,13 @@ _PERSON_REASONS = ("shopper asked for a person", "rule ", "budget:")
 
 def _questions(since: datetime, until: datetime) -> list[dict[str, Any]]:
     answers = list(
-        Message.objects.filter(role=Role.BOT, created_at__gte=since, created_at__lt=until, reply_to_seq__isnull=False)
+        Message.objects.filter(
+            role=Role.BOT,
+            created_at__gte=since,
+            created_at__lt=until,
+            reply_to_seq__isnull=False,
+            conversation__sandbox=False,
+        )
         .filter(route__in=["handoff", "llm.simple", "llm.medium", "llm.complex"])
         .order_by("-created_at")
         .values("conversation_id", "reply_to_seq", "route", "route_reason", "text", "created_at")[: MAX_QUESTIONS * 2]

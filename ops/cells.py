@@ -25,7 +25,7 @@ from django.db.models import Count, OuterRef, Subquery, Sum
 from cache_layer.models import CacheAudit
 from chat.models import Conversation, ConversationStatus, Message, Role, Route
 from chat.outcomes import OutcomeTally, outcome_tallies
-from routing.models import UpstreamCall
+from routing.models import Purpose, UpstreamCall
 
 from .histogram import Hist
 from .models import AnswerRollup, CallRollup, FaqRollup, OutcomeRollup, QueueSample, RolledHour, TierRollup
@@ -178,7 +178,9 @@ class Cell:
 def agent_queue_now() -> tuple[int, int]:
     """Conversations waiting for an agent and held by one, now: ``(waiting, with_agent)``."""
     counts = dict(
-        Conversation.objects.filter(status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT])
+        Conversation.objects.filter(
+            status__in=[ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT], sandbox=False
+        )
         .values_list("status")
         .annotate(n=Count("id"))
         .order_by()
@@ -249,7 +251,8 @@ def raw_cells(start: datetime, end: datetime, *, key: Key, into: dict[int, Cell]
     buckets = _Buckets(key, into)
     span = {"created_at__gte": start, "created_at__lt": end}
     # Unordered (.order_by()): the models' default orders would sort every range first.
-    bot = Message.objects.filter(role=Role.BOT, **span).exclude(route="").order_by()
+    # A bot test's messages and calls are in no figure (Conversation.sandbox, ledger purpose "test").
+    bot = Message.objects.filter(role=Role.BOT, conversation__sandbox=False, **span).exclude(route="").order_by()
     for t, route, cut, cost, saved, prompt, completion, rating, ttft, faq_entry in bot.values_list(
         "created_at",
         "route",
@@ -284,7 +287,11 @@ def raw_cells(start: datetime, end: datetime, *, key: Key, into: dict[int, Cell]
             f.rated_up += rating == "up"
             f.rated_down += rating == "down"
 
-    shoppers = Message.objects.filter(role=Role.SHOPPER, **span).order_by().values_list("created_at")
+    shoppers = (
+        Message.objects.filter(role=Role.SHOPPER, conversation__sandbox=False, **span)
+        .order_by()
+        .values_list("created_at")
+    )
     for (t,) in shoppers.iterator(chunk_size=5000):
         buckets.at(t).shopper_messages += 1
 
@@ -292,7 +299,7 @@ def raw_cells(start: datetime, end: datetime, *, key: Key, into: dict[int, Cell]
         conversation_id=OuterRef("conversation_id"), role=Role.AGENT, seq__gt=OuterRef("seq")
     ).order_by("seq")
     handoffs = (
-        Message.objects.filter(role=Role.BOT, route=Route.HANDOFF, **span)
+        Message.objects.filter(role=Role.BOT, route=Route.HANDOFF, conversation__sandbox=False, **span)
         .order_by()
         .annotate(reply_at=Subquery(first_reply.values("created_at")[:1]))
         .values_list("created_at", "reply_at")
@@ -303,6 +310,7 @@ def raw_cells(start: datetime, end: datetime, *, key: Key, into: dict[int, Cell]
 
     ledger = (
         UpstreamCall.objects.filter(**span)
+        .exclude(purpose=Purpose.TEST)
         .order_by()
         .values_list(
             "created_at",

@@ -302,7 +302,7 @@ def totals() -> dict[str, Any]:
         raw.append(Q(created_at__gte=at(runs[-1][1])))
     for span in raw:
         raw_answers = (
-            Message.objects.filter(span, role=Role.BOT)
+            Message.objects.filter(span, role=Role.BOT, conversation__sandbox=False)
             .exclude(route="")
             .values("route")
             .annotate(n=Count("id"), saved=Sum("saved_usd"))
@@ -312,6 +312,7 @@ def totals() -> dict[str, Any]:
             answers[route][1] += _micro(saved)
         raw_calls = (
             UpstreamCall.objects.filter(span)
+            .exclude(purpose=Purpose.TEST)
             .values("tier", "purpose", "outcome")
             .annotate(n=Count("id"), usd=Sum("cost_usd"))
         )
@@ -322,7 +323,7 @@ def totals() -> dict[str, Any]:
             calls[(tier, purpose, outcome)][1] += _micro(cost)
     waiting, with_agent = agent_queue_now()
     oldest = Conversation.objects.filter(
-        status=ConversationStatus.WAITING_AGENT, waiting_since__isnull=False
+        status=ConversationStatus.WAITING_AGENT, waiting_since__isnull=False, sandbox=False
     ).aggregate(oldest=Min("waiting_since"))["oldest"]
     return {
         "oldest_wait_s": (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0,
@@ -347,6 +348,7 @@ def canary_variant(*, tier: str, variant: str, start: datetime, end: datetime) -
     :func:`canary_summary`."""
     answers = Message.objects.filter(
         role=Role.BOT,
+        conversation__sandbox=False,
         route=f"llm.{tier}",
         variant=variant,
         superseded=False,

@@ -106,6 +106,7 @@ class Purpose(models.TextChoices):
     JUDGE = "judge", "Answer-cache promotion judge"
     REMAKE = "remake", "Answer-cache clean remake (no shopper history)"
     GATEWAY = "gateway", "Gateway (/v1/chat/completions)"
+    TEST = "test", "Bot test (manage.py bot_test; counts in no budget)"
 
 
 class Variant(models.TextChoices):

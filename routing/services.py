@@ -20,7 +20,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -29,6 +29,7 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 from cache_layer import policy as cache_policy
+from lib import sandbox
 from routing import tasks, warmup
 from routing.decide import answers, classify, injection, strategy
 from routing.decide.decision import Decision
@@ -43,7 +44,7 @@ from routing.providers.base import ProviderError, StreamDone, TextDelta
 from routing.types import AnswerRecord, CallContext, HistoryLoader, Payer, Question, Suggestion
 from routing.upstream import canary, ledger, singleflight, tiers
 from routing.upstream.call import Answered, CallItem
-from routing.upstream.complete import complete_call
+from routing.upstream.complete import complete, complete_call
 from store import services as store
 
 log = logging.getLogger(__name__)
@@ -317,8 +318,8 @@ class Answer:
         when there is one; a sampled share of semantic hits is re-answered and compared
         (``routing.tasks.maybe_audit_async``). Call after :meth:`finish`."""
         record = self._record
-        if record is None or record.cut:
-            return
+        if record is None or record.cut or sandbox.active():
+            return  # a bot test's answer (lib.sandbox) reads the cache, never writes or audits it
         decision, question = self._ended, self._question
         if self._done is not None and self._done.finish_reason == "length":
             return  # stopped by the token limit: not the whole answer, never shared
@@ -458,6 +459,58 @@ async def reply_suggest(*, questions: Sequence[Question], history: HistoryLoader
     return Suggestion("", None, None)
 
 
+#: What the judge of a bot test's criterion is told (``answer_judge``).
+JUDGE_INSTRUCTIONS = (
+    "You check one answer of a shop's customer-service assistant against one criterion. "
+    "Reply PASS if the answer meets the criterion, FAIL if it does not, as your first word, "
+    "then one short sentence saying why."
+)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A judged criterion: ``passed`` (None when it could not be judged), ``reason`` (the judge's
+    sentence, or why it was not judged), ``model`` that judged ("" none)."""
+
+    passed: bool | None
+    reason: str
+    model: str = ""
+
+
+async def answer_judge(*, criterion: str, question: str, answer: str) -> Judgement:
+    """Ask the strongest configured tier (complex, then medium, then simple) whether ``answer``
+    (the bot's, to the shopper's ``question``) meets ``criterion`` (plain words, e.g. "does not
+    promise a refund"). Inside a bot test's sandbox the call's ledger row says ``test``. Never
+    raises for the upstream: no tier configured, a failed call or an unreadable reply is a
+    :class:`Judgement` with ``passed=None`` and the reason."""
+    await tiers.check_tiers_async()
+    tier = next((t for t in reversed(tiers.TIER_ORDER) if tiers.tier_configured(t)), None)
+    if tier is None:
+        return Judgement(None, "no model is configured to judge it (no remote tier)")
+    try:
+        reply = await complete(
+            messages=[
+                {"role": "system", "content": JUDGE_INSTRUCTIONS},
+                {
+                    "role": "user",
+                    "content": f"Criterion: {criterion}\n\nShopper: {question}\n\nAssistant: {answer}",
+                },
+            ],
+            tier=tier,
+            context=CallContext(purpose="judge"),
+            max_tokens=60,
+            temperature=0.0,
+        )
+    except ProviderError as e:
+        return Judgement(None, f"the judge's call failed ({e.code})")
+    words = reply.text.strip().split(maxsplit=1)
+    verdict = words[0].strip(".,!:;\"'*").upper() if words else ""
+    why = words[1].strip() if len(words) > 1 else ""
+    if verdict not in ("PASS", "FAIL"):
+        return Judgement(None, f"the judge's reply was neither PASS nor FAIL: {reply.text[:80]!r}", reply.model)
+    return Judgement(verdict == "PASS", why, reply.model)
+
+
 def answer_lost(
     *,
     route: str,
@@ -570,6 +623,13 @@ def router_start() -> None:
     classifier, embedder), in background threads; returns at once (the server's start-up)."""
     registry.start_background()
     warmup.start()
+
+
+def router_started() -> bool:
+    """Whether this process's router has its FAQ model, or is loading it (:func:`router_start`
+    was called, or a test loaded one): a process that answers shoppers without a server (a bot
+    test) calls :func:`router_start` when not."""
+    return registry.ready or registry.loading
 
 
 def router_keep_upstreams_warm() -> None:

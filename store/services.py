@@ -13,7 +13,10 @@ Rules (docs/store-actions.md):
 * every call, read or change, by the bot or an agent, is a row of the audit log
   (``StoreCall``) with its purpose; no personal data is written there;
 * a change (cancel, return, new address) carries an idempotency key: one key changes an order
-  once, even when two workers or two sockets confirm it at the same moment.
+  once, even when two workers or two sockets confirm it at the same moment;
+* inside a bot test's sandbox (``lib.sandbox``) the store is read but never changed: a change is
+  simulated (the same rules of the order's state), written to the sandbox's log and seen by the
+  sandbox's later reads of that order; no audit row is written.
 
 All functions here are blocking (the adapter's database or HTTP calls); ``*_async`` variants run
 them in a worker thread under ``KEFU_STORE_TIMEOUT_S``.
@@ -22,6 +25,7 @@ them in a worker thread under ``KEFU_STORE_TIMEOUT_S``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -38,9 +42,11 @@ from django.db import IntegrityError, close_old_connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from lib import sandbox
+
 from .adapters.base import StoreAdapter
 from .models import KnownOrder, PendingAction, StoreCall
-from .types import ACTIONS, MUTATING_ACTIONS, Address, Order, Owner, ReturnRequest, StoreError
+from .types import ACTIONS, MUTATING_ACTIONS, Address, Order, Owner, Refund, ReturnRequest, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,7 @@ __all__ = [
     "address_from_dict",
     "conversations_forget",
     "idempotency_key_for",
+    "order_peek",
     "order_remember",
     "order_view",
     "order_view_async",
@@ -152,6 +159,10 @@ _LOGGABLE_NUMBER = re.compile(r"^[#A-Za-z0-9][A-Za-z0-9 #\-]{0,31}$")
 
 
 def _log(actor: Actor, adapter: str, action: str, number: str, outcome: str, **fields: Any) -> StoreCall | None:
+    box = sandbox.current()
+    if box is not None:  # a bot test's calls go to its sandbox, not the audit log (module docstring)
+        box.calls.append({"action": action, "order": number.strip(), "purpose": actor.purpose, "outcome": outcome})
+        return None
     # Only what looks like an order number is written: the audit log holds no personal data,
     # whatever a caller passed as the number.
     number = number.strip() if _LOGGABLE_NUMBER.match(number.strip()) else ("(not an order number)" if number else "")
@@ -192,7 +203,7 @@ def orders_list(owner: Owner, *, actor: Actor, limit: int = 5) -> list[Order]:
     except StoreError as e:
         _log(actor, adapter.name, "orders", "", e.code, detail=e.message[:200])
         raise
-    mine = [o for o in orders if _owns(o, owner)]  # an adapter's query is not trusted blindly
+    mine = [_as_sandboxed(o) for o in orders if _owns(o, owner)]  # an adapter's query is not trusted blindly
     _log(actor, adapter.name, "orders", "", "ok", detail=f"{len(mine)} orders", latency_ms=ms)
     return mine
 
@@ -215,7 +226,68 @@ def order_view(owner: Owner, number: str, *, actor: Actor, action: str = "status
         _log(actor, adapter.name, action, number, "not_found", latency_ms=ms)
         raise _not_found(owner)
     _log(actor, adapter.name, action, order.number, "ok", latency_ms=ms)
-    return order
+    return _as_sandboxed(order)
+
+
+def _as_sandboxed(order: Order) -> Order:
+    """``order`` as the running sandbox's simulated changes left it (itself outside one)."""
+    box = sandbox.current()
+    if box is None:
+        return order
+    changed: Order | None = box.orders.get(order.number)
+    return changed if changed is not None else order
+
+
+def _simulated(box: sandbox.Sandbox, order: Order, action: str, key: str, address: Address | None) -> ActionResult:
+    """A change made in a bot test's sandbox: the rules of the demo store's changes (a ``placed``
+    order may be cancelled or sent elsewhere; a ``delivered`` one with none open, returned),
+    applied to a copy kept in the sandbox and logged there; the store is not called.
+
+    Raises:
+        StoreError: ``not_allowed`` when the order's state forbids it (logged too).
+    """
+    entry: dict[str, Any] = {"action": action, "order": order.number, "repeated": False, "outcome": "ok"}
+    if key in box.keys:
+        entry["repeated"] = True
+        box.writes.append(entry)
+        return ActionResult(action=action, order=order, repeated=True)
+    now = timezone.now()
+    if action == "return":
+        if not order.returnable:
+            why = "a return is already open" if order.status == "delivered" else f"order is {order.status}"
+            box.writes.append({**entry, "outcome": "not_allowed"})
+            raise StoreError("not_allowed", f"no return possible: {why}")
+        ret = ReturnRequest(return_id=f"R-TEST-{uuid.uuid4().hex[:6].upper()}", status="requested", created_at=now)
+        box.orders[order.number] = dataclasses.replace(order, returns=(*order.returns, ret))
+        result = ActionResult(action, None, return_request=ret)
+    else:
+        if not order.changeable:
+            box.writes.append({**entry, "outcome": "not_allowed"})
+            raise StoreError("not_allowed", f"order is {order.status}, only a placed order can be changed")
+        if action == "cancel":
+            refund = Refund(amount=order.total, currency=order.currency, status="pending", created_at=now)
+            changed = dataclasses.replace(order, status="cancelled", refunds=(*order.refunds, refund))
+        else:
+            changed = dataclasses.replace(order, shipping_address=address)
+        box.orders[order.number] = changed
+        result = ActionResult(action, changed)
+    box.keys.add(key)
+    box.writes.append(entry)
+    return result
+
+
+def order_peek(number: str) -> Order | None:
+    """The order ``number`` as the running sandbox sees it (``lib.sandbox``: the store's order with
+    the sandbox's simulated changes), for a bot test's expectations; None when the store has no
+    such order. No owner check and no audit row: only a bot test, inside its sandbox, may ask.
+
+    Raises:
+        StoreError: ``not_allowed`` outside a sandbox; ``upstream``, ``not_configured``.
+    """
+    if not sandbox.active():
+        raise StoreError("not_allowed", "order_peek is for a bot test's sandbox only")
+    order = store_adapter().order_by_number(number)
+    return None if order is None else _as_sandboxed(order)
 
 
 def idempotency_key_for(*parts: object) -> str:
@@ -256,6 +328,9 @@ def action_run(
         raise StoreError("invalid", "a change needs an idempotency key of 1-64 characters")
     address = address_from_dict((arguments or {}).get("address")) if action == "change_address" else None
     adapter = store_adapter()
+    box = sandbox.current()
+    if box is not None:
+        return _simulated(box, order, action, idempotency_key, address)
     # Reserve the key first: a second confirmation of the same change finds it taken.
     if StoreCall.objects.filter(idempotency_key=idempotency_key, outcome="ok").exists():
         _log(actor, adapter.name, action, order.number, "repeated")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("chat", "routing", "cache_layer", "ops", "lib", "config", "store")
+PACKAGES = ("chat", "routing", "cache_layer", "ops", "lib", "config", "store", "bottest")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -57,6 +57,13 @@ def test_the_project_keeps_every_contract(project_copy: Path) -> None:
         ("routing/orders/probe.py", "from routing.prompt import build", "The router's rooms"),
         # Exhaustive: a new flat module at the router's top level must take a place in the layers.
         ("routing/probe.py", "import json", "The router's rooms"),
+        # The bot tests: on top of everything, and through chat's sandbox door, never a face.
+        ("chat/probe.py", "from bottest import runner", "The bot tests are the top"),
+        (
+            "bottest/probe.py",
+            "from chat.consumers import shopper",
+            "The bot tests reach chat only through chat.sandbox",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_the_contract_that_forbids_it(

@@ -30,14 +30,20 @@ def _hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def conversation_start(*, locale: str = "en", address_key: str = "", time_zone: str = "") -> tuple[Conversation, str]:
+def conversation_start(
+    *, locale: str = "en", address_key: str = "", time_zone: str = "", sandbox: bool = False
+) -> tuple[Conversation, str]:
     """Create a conversation; returns it and the shopper's bearer token (shown once, stored hashed).
     ``address_key``: the keyed hash of the network it was started from (``chat.identity.address_key``);
     ``time_zone``: the shopper's IANA time zone as the widget reported it (``chat.protocol.
-    valid_time_zone``; "" when unknown)."""
+    valid_time_zone``; "" when unknown); ``sandbox``: a bot test's conversation (``Conversation.sandbox``)."""
     token = secrets.token_urlsafe(32)
     conv = Conversation.objects.create(
-        token_hash=_hash_token(token), locale=supported_locale(locale), address_key=address_key, time_zone=time_zone
+        token_hash=_hash_token(token),
+        locale=supported_locale(locale),
+        address_key=address_key,
+        time_zone=time_zone,
+        sandbox=sandbox,
     )
     return conv, token
 

@@ -276,10 +276,11 @@ class OrphanClaim:
 def orphaned_claims() -> list[OrphanClaim]:
     """Claims that ran out (``claim_until`` past) on conversations no agent holds, whose claimed
     message has no bot or agent message after it: the process that claimed it died before it
-    wrote the answer's row. Oldest first, at most 100."""
+    wrote the answer's row. Oldest first, at most 100. A bot test's conversation is left alone
+    (``Conversation.sandbox``: answered again outside its sandbox, it could change a real order)."""
     out = []
     for conv in (
-        Conversation.objects.filter(claim_until__lt=timezone.now())
+        Conversation.objects.filter(claim_until__lt=timezone.now(), sandbox=False)
         .exclude(status=ConversationStatus.AGENT)
         .order_by("claim_until")[:100]
     ):

@@ -37,6 +37,7 @@ from django.conf import settings
 from cache_layer import services as cache
 from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up
+from lib import sandbox
 from lib.text import detect_locale
 from routing.decide import answers, handoff_flow, repeat
 from routing.decide.classify import classified as classified_text
@@ -319,6 +320,8 @@ async def offer_to_cache(decision: Decision, *, question: str, text: str, model:
     reached the asker)."""
     if not (decision.cache_scope and decision.shareable and text and settings.KEFU_CACHE_ENABLED):
         return
+    if sandbox.active():
+        return  # a bot test's answer (lib.sandbox): the cache is read, never written
     try:
         await database_sync_to_async(cache.store)(
             question=question,

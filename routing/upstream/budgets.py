@@ -52,6 +52,7 @@ from django.db import OperationalError, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
+from lib import sandbox
 from routing.models import ApiKey, BudgetCounter, BudgetHold
 from routing.types import Payer
 from routing.upstream.tiers import TIER_ORDER, known_tier, tier_settings
@@ -162,8 +163,9 @@ def forget_key_limits() -> None:
 
 def payer_scopes(payer: Payer | None) -> list[Scope]:
     """The budgets ``payer``'s calls count against, for today and this month (those with a
-    limit only; none when budgets are off). Blocking: a gateway key's limits may be read."""
-    if payer is None or not enabled():
+    limit only; none when budgets are off, or in a bot test's sandbox: ``lib.sandbox``). Blocking:
+    a gateway key's limits may be read."""
+    if payer is None or not enabled() or sandbox.active():
         return []
     pairs: list[tuple[str, str, Decimal, Decimal]] = []
     shopper = (Decimal(str(settings.KEFU_BUDGET_SHOPPER_DAY_USD)), Decimal(str(settings.KEFU_BUDGET_SHOPPER_MONTH_USD)))
@@ -194,8 +196,9 @@ def payer_scopes(payer: Payer | None) -> list[Scope]:
 
 
 def tier_scopes(tiers: Iterable[str]) -> list[Scope]:
-    """The store-wide daily caps of ``tiers`` that have one (``KEFU_<TIER>_DAY_CAP_USD``)."""
-    if not enabled():
+    """The store-wide daily caps of ``tiers`` that have one (``KEFU_<TIER>_DAY_CAP_USD``); none in
+    a bot test's sandbox (``lib.sandbox``: its calls count in no cap)."""
+    if not enabled() or sandbox.active():
         return []
     today = timezone.localdate()
     out = []

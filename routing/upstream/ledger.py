@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from lib import sandbox
 from lib.tokens import count_tokens
 from routing.models import UpstreamCall
 from routing.providers.base import ChatRequest, StreamDone, Usage
@@ -155,7 +156,8 @@ def _insert(attempt: Attempt, usage: Usage) -> Decimal:
         conversation_id=ctx.conversation_id,
         message_id=ctx.message_id,
         api_key_id=ctx.api_key_id,
-        purpose=ctx.purpose,
+        # A bot test's call (lib.sandbox) is marked as such, whatever it was for.
+        purpose=sandbox.LEDGER_PURPOSE if sandbox.active() else ctx.purpose,
         tier=attempt.tier,
         variant=attempt.variant,
         model=attempt.model[:100],

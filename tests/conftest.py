@@ -443,6 +443,7 @@ SLOW_FIRST = (
     "tests/routing/test_loop_clients.py",
     "tests/e2e/test_widget_browser.py",
     "tests/chat/test_live_stack.py",
+    "tests/bottest/test_bot_test_live.py",
     "tests/chat/test_cache_poisoning_live.py",
     "tests/chat/test_identity_crossing_live.py",
     "tests/chat/test_cache_key_config.py",

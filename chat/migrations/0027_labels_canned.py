@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0023_conversation_time_zone'),
+        ('chat', '0029_attachments'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

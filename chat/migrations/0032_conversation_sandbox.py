@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0023_conversation_time_zone'),
+        ('chat', '0027_labels_canned'),
     ]
 
     operations = [

@@ -407,6 +407,8 @@ def catalog_names() -> list[ProductNames]:
                 tags=tuple(dict.fromkeys(tag for t in texts for tag in t.tags)),
                 variant_skus=tuple(v.sku for v in variants),
                 options=options,
+                updated=p.updated_at.isoformat(),
+                attribute_keys=tuple(dict.fromkeys(k for t in texts for k in t.attributes)),
             )
         )
     return out

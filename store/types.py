@@ -266,10 +266,14 @@ class ProductView:
 class ProductNames:
     """What names a product, for finding it in a shopper's words (the router's catalog index):
     ``sku``, ``titles`` (``{locale: title}``), ``tags`` (every language's), ``variant_skus``
-    and ``options`` (``{variant sku: every language's option values}``)."""
+    and ``options`` (``{variant sku: every language's option values}``); ``attribute_keys``: the
+    attributes any language gives; ``updated``: when an
+    import last changed it (ISO 8601), so a reader can tell which products changed."""
 
     sku: str
     titles: dict[str, str]
     tags: tuple[str, ...]
     variant_skus: tuple[str, ...]
     options: dict[str, tuple[str, ...]]
+    updated: str = ""
+    attribute_keys: tuple[str, ...] = ()

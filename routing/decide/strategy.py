@@ -13,6 +13,9 @@ Order of checks (docs/routing.md):
 1c. the question complained about asked again (the same FAQ intent, or else an embedding cosine
    >= ``repeat.SIMILARITY``) within
    ``repeat.TURNS`` turns of the complaint -> ``handoff`` ("asked again after a thumbs-down");
+1d. a message naming a catalog product and asking its price, stock, options or attributes ->
+   ``product`` (``routing.decide.product_flow``: the catalog's data in a template, no model), or
+   "which one do you mean?" when several products fit;
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
@@ -38,7 +41,7 @@ from cache_layer import services as cache
 from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up
 from lib.text import detect_locale
-from routing.decide import answers, handoff_flow, repeat
+from routing.decide import answers, handoff_flow, product_flow, repeat
 from routing.decide.classify import classified as classified_text
 from routing.decide.classify import follow_up_classified
 from routing.decide.decision import Decision
@@ -145,6 +148,12 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     )
     if again is not None:
         return handoff_decision(locale=locale, reason=again)
+    # A catalog product named with a question about its price, stock, options or attributes: the
+    # catalog answers by template (routing.decide.product_flow), before the FAQ.
+    if not asks_for_person and not follow_up:
+        product = await product_flow.product_decision(question, locale, store_actions=store_actions)
+        if product is not None:
+            return product
     match, verdict = classified.match, classified.verdict
     if match is not None and match.accepted and match.entry_id is not None:  # never in a language the FAQ lacks
         entry = registry.entries.get(match.entry_id)

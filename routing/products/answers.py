@@ -47,7 +47,7 @@ ATTRIBUTE_WORDS: dict[str, str] = {
     "watertight": r"\bwatertight\b|\bleak|\bhold water\b|\bfresh flowers\b|漏水|防水|装水|插花|鲜花",
     "dishwasher_safe": r"\bdishwasher|洗碗机",
     "microwave_safe": r"\bmicrowave|微波",
-    "capacity": r"\bcapacity\b|\bhow much (?:does it |do they )?hold\b|\bml\b|容量|多少毫升|装多少",
+    "capacity": r"\bcapacity\b|\bhow much (?:does it |do they )?hold\b|\bml\b|容量|多少毫升|能装多少(?!钱)",
     "weight": r"\bweigh|\bheavy\b|重量|多重|几斤|多少公斤",
 }
 _ATTRIBUTE_RE = {k: re.compile(v, re.IGNORECASE) for k, v in ATTRIBUTE_WORDS.items()}

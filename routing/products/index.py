@@ -9,8 +9,9 @@ catalog_names``: titles in every language, tags, SKUs, option values), turned in
 - a title's *naming* words: its words that are no product's tag or category and no generic word
   ("order", "item", "product", "东西", "商品"...); a category word ("lamp", "台灯") alone never
   names a product;
-- misspelt or shortened naming words (four letters or more): a close spelling (difflib ratio
-  >= 0.8, "embr", "tidewatr") or a prefix of at least half the word ("tide" for "tidewater").
+- misspelt or shortened naming words (same first letter): a close spelling (difflib ratio >= 0.8
+  from four letters, 0.85 for three: "embr", "tidewatr", "wol") or a prefix of four letters or
+  more and at least 0.4 of the word ("tide" for "tidewater").
 
 :meth:`CatalogIndex.find` scores each product (a naming word 1, a misspelt or shortened one 0.9,
 a category word of its title 0.5, one of its tags only 0.25, a SKU 10) and returns the products
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 __all__ = ["CatalogIndex", "Found", "ProductKeys", "catalog", "terms"]
 
 # Words that never name a product, whatever the catalog holds (issue 35: "order", "item",
-# "product", "东西", "商品"), and the small words of titles ("Set of 2").
+# "product", "东西", "商品"), and the small words of titles ("Set of 2": its "of" and "2").
 GENERIC = frozenset(
     [
         "order",
@@ -86,7 +87,6 @@ GENERIC = frozenset(
         "you",
         "have",
         "has",
-        "set",
         "pc",
         "pcs",
         "piece",
@@ -106,7 +106,7 @@ _WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 FUZZY_MIN_LEN = 4
 FUZZY_RATIO = 0.8
-CLOSE = 0.5  # products scoring less than this below the best one are a "which one?"
+CLOSE = 0.45  # products scoring less than this below the best one are a "which one?"
 
 
 def normalise(text: str) -> str:
@@ -227,11 +227,21 @@ def build(names: Iterable[ProductNames], fingerprint: tuple[int, int, str] | Non
 
 
 def _close(word: str, key: str) -> bool:
-    if len(word) < FUZZY_MIN_LEN or len(key) < FUZZY_MIN_LEN or _CJK.search(key):
+    if len(word) < 3 or len(key) < FUZZY_MIN_LEN or _CJK.search(key) or word[0] != key[0]:
         return False
-    if key.startswith(word) and len(word) * 2 >= len(key):
+    if len(word) >= FUZZY_MIN_LEN and key.startswith(word) and len(word) >= 0.4 * len(key):
         return True
-    return difflib.SequenceMatcher(None, word, key).ratio() >= FUZZY_RATIO
+    ratio = difflib.SequenceMatcher(None, word, key).ratio()
+    return ratio >= (FUZZY_RATIO if len(word) >= FUZZY_MIN_LEN else 0.85)
+
+
+def _covers(p: ProductKeys, words: set[str], loose: list[str]) -> bool:
+    """Whether the message holds every word of one of ``p``'s titles (misspellings allowed)."""
+    for title in p.names.titles.values():
+        needed = [w for w in terms(title) if w not in GENERIC and not w.isdigit()]
+        if needed and all(w in words or any(_close(m, w) for m in loose) for w in needed):
+            return True
+    return False
 
 
 def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = ()) -> Found:
@@ -273,6 +283,12 @@ def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = ()) -
     scored.sort(key=lambda s: -s[0])
     best = scored[0][0]
     close = [s for s in scored if best - s[0] < CLOSE]
+    if len(close) > 1:
+        # Look-alikes that fit as well: the one whose every title word the message holds wins
+        # ("Morning Mug" against "Morning Mug Set of 2"); else "which one?".
+        whole = [s for s in close if _covers(s[1], word_set, loose)]
+        if len(whole) == 1:
+            close = whole
     return Found(
         products=tuple(s[1] for s in close),
         scores=tuple(s[0] for s in close),

@@ -229,6 +229,8 @@ def judge(q: dict, text: str | None, route: str | None, cat: dict) -> tuple[bool
     wrong_price = bool(stated - prices)
     counts = {int(next(g for g in m if g)) for m in COUNT.findall(text)}
     stocks = {v["stock"] for v in chosen if v["stock"] > 0}
+    if not variants and rec.get("stock"):
+        stocks = {int(rec["stock"])}  # a product without variants keeps its own count
     wrong_stock = bool(counts - stocks)
     says_out = "out of stock" in text or "缺货" in text
     if e["kind"] == "stock" and e["variant"] and len(chosen) == 1 and says_out != (chosen[0]["stock"] == 0):

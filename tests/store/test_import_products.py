@@ -150,3 +150,27 @@ def test_demo_catalog_loads_cleanly():
     code, out, _ = run(Path(__file__).resolve().parents[2] / "store" / "demo" / "products.jsonl")
     assert code == 0 and "0 bad" in out
     assert Product.objects.count() == 10 and ProductText.objects.filter(locale="zh").count() == 10
+
+
+def test_index_reload_names_changed_products_and_their_cached_answers_go(tmp_path):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from cache_layer.models import CachedAnswer
+    from cache_layer.services import evict_naming
+    from routing.products.index import CatalogIndex
+
+    index = CatalogIndex()
+    run(jsonl(tmp_path, THROW_EN, MUG))
+    assert index.reload() == set()  # a first load changes nothing
+    assert index.reload_if_changed() is None
+    run(jsonl(tmp_path, {**THROW_EN, "price": 150}, MUG, name="new.jsonl"))
+    assert index.reload_if_changed() == {"T-1"}
+    later = timezone.now() + timedelta(days=1)
+    for n, answer in enumerate(["The Loom Wool Throw is lovely.", "We ship in 2 days."]):
+        CachedAnswer.objects.create(
+            scope="s", key_hash=str(n), key_text="q", question="q", answer=answer, route="llm.simple", expires_at=later
+        )
+    assert evict_naming(["T-1", "Loom Wool Throw", " "]) == 1
+    assert list(CachedAnswer.objects.values_list("answer", flat=True)) == ["We ship in 2 days."]

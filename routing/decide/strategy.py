@@ -136,6 +136,17 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         return action_decision(step.reply, locale=locale)
     follow_up = step.follow_up_route if step is not None else ""
 
+    # A catalog product named with a question about its price, stock, options or attributes: the
+    # catalog answers by template (routing.decide.product_flow), before the FAQ. Without a
+    # complaint in reach (step 1c needs the message's classification) it is tried before the
+    # text is classified, so a product answer costs no embedding.
+    products_on = not asks_for_person and not follow_up
+    product_first = products_on and not (store_actions and repeat.complaint_in_reach(question))
+    if product_first:
+        product = await product_flow.product_decision(question, locale, store_actions=store_actions)
+        if product is not None:
+            return product
+
     classified = await classified_text(text, locale)
     if follow_up:
         classified = await asyncio.to_thread(follow_up_classified, text, locale, route=follow_up)
@@ -148,9 +159,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     )
     if again is not None:
         return handoff_decision(locale=locale, reason=again)
-    # A catalog product named with a question about its price, stock, options or attributes: the
-    # catalog answers by template (routing.decide.product_flow), before the FAQ.
-    if not asks_for_person and not follow_up:
+    if products_on and not product_first:
         product = await product_flow.product_decision(question, locale, store_actions=store_actions)
         if product is not None:
             return product

@@ -27,6 +27,7 @@ migrate: install
 demo-data: migrate
 	@if [[ "$${KEFU_LOAD_DEMO_FAQ:-true}" != "false" ]]; then $(PY) manage.py import_faq --if-empty routing/demo/faq_demo.jsonl; fi
 	@if [[ "$${KEFU_STORE_ADAPTER:-demo}" == "demo" ]]; then $(PY) manage.py load_demo_orders --if-empty; fi
+	@if [[ "$${KEFU_LOAD_DEMO_CATALOG:-true}" != "false" ]]; then $(PY) manage.py import_products --if-empty store/demo/products.jsonl; fi
 
 # Serves http://$(HOST):$(PORT)/ with Daphne. DATABASE_URL, REDIS_URL, OPENAI_* etc. from the environment.
 run: demo-data

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 from django.db import IntegrityError, transaction
-from django.db.models import Case, DateTimeField, F, IntegerField, Value, When
+from django.db.models import Case, DateTimeField, F, IntegerField, Q, Value, When
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -589,6 +589,19 @@ def evict_for_faq_entry(entry_id: int) -> int:
     if not ids:
         return 0
     return _delete_rows(list(CachedAnswer.objects.filter(id__in=ids).values_list("id", "scope", "key_hash")))
+
+
+def evict_naming(phrases: Sequence[str]) -> int:
+    """Delete every cached answer whose question or answer names one of ``phrases`` (case-
+    insensitive substrings, e.g. a changed product's titles and sku); returns how many. Blank
+    phrases are skipped."""
+    query = Q()
+    for phrase in {p.strip() for p in phrases if p.strip()}:
+        query |= Q(answer__icontains=phrase) | Q(question__icontains=phrase)
+    if not query:
+        return 0
+    rows = list(CachedAnswer.objects.filter(query).values_list("id", "scope", "key_hash"))
+    return _delete_rows(rows) if rows else 0
 
 
 def evict_entry(entry_id: int) -> bool:

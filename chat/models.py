@@ -33,6 +33,7 @@ class Route(models.TextChoices):
     CACHE_SEMANTIC = "cache.semantic"
     FAQ = "faq"
     ACTION = "action"  # the store's data in a template (routing.orders.actions), no model call
+    PRODUCT = "product"  # the product catalog's data in a template (routing.decide.product_flow), no model call
     LLM_SIMPLE = "llm.simple"
     LLM_MEDIUM = "llm.medium"
     LLM_COMPLEX = "llm.complex"

@@ -722,4 +722,7 @@ KEFU_GATEWAY_MAX_TOKENS = env.int("KEFU_GATEWAY_MAX_TOKENS", default=4096)
 # `manage.py check --deploy` warns when this is unset or unsound (ops/checks.py, docs/security.md).
 KEFU_PROXY_MAX_BODY_BYTES = env.int("KEFU_PROXY_MAX_BODY_BYTES", default=0)
 KEFU_FAQ_POLL_S = env.float("KEFU_FAQ_POLL_S", default=2.0)
+# How often each process looks for catalog changes another process imported (routing.products.index):
+# a new or renamed product is found within this many seconds; prices and stock are read fresh anyway.
+KEFU_PRODUCTS_POLL_S = env.float("KEFU_PRODUCTS_POLL_S", default=2.0)
 KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.595)

@@ -17,6 +17,7 @@ finally:
     os.environ.update(_saved)
 
 KEFU_FAQ_POLL_S = 3600.0  # tests reload the FAQ model explicitly
+KEFU_PRODUCTS_POLL_S = 3600.0  # tests reload the catalog index explicitly
 KEFU_REGROUP_POLL_S = 0.0  # tests call chat.regroup.check() themselves
 KEFU_AGENT_SWEEP_S = 0.0  # tests run the sweep explicitly (chat.sweeper), or switch it on
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

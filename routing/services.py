@@ -29,6 +29,7 @@ from django.conf import settings
 
 from cache_layer import audit as cache_audit
 from cache_layer import policy as cache_policy
+from cache_layer.services import evict_naming
 from lib import sandbox
 from routing import tasks, warmup
 from routing.decide import answers, classify, injection, strategy
@@ -37,6 +38,7 @@ from routing.decide.replies import person_request_words
 from routing.faq.registry import registry
 from routing.orders import actions as order_actions
 from routing.orders import task_state, tools
+from routing.products.index import catalog as product_catalog
 from routing.prompt import build as prompt
 from routing.prompt import privacy
 from routing.prompt import summary as summaries
@@ -620,8 +622,10 @@ def summary_compose(
 
 def router_start() -> None:
     """Load the FAQ model and keep it fresh, and warm the router up (SDK import, tokenizers, tier
-    classifier, embedder), in background threads; returns at once (the server's start-up)."""
+    classifier, embedder), and the catalog index (kept fresh; a changed product's cached answers
+    are evicted), in background threads; returns at once (the server's start-up)."""
     registry.start_background()
+    product_catalog.start_background(on_change=evict_naming)
     warmup.start()
 
 

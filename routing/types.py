@@ -20,6 +20,7 @@ ROUTES = (
     "cache.semantic",
     "faq",
     "action",
+    "product",
     "llm.simple",
     "llm.medium",
     "llm.complex",

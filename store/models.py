@@ -111,3 +111,66 @@ class KnownOrder(models.Model):
 
     def __str__(self) -> str:
         return self.order_number
+
+
+class Product(models.Model):
+    """A catalog product's shared part (``store.catalog``): what every language of a ``sku``
+    shares. ``price``: in ``currency`` (ISO 4217), the price of a variant with none of its own;
+    ``stock``: units on hand for a product without variants (None: not tracked); ``updated_at``:
+    touched by every import that changed the product, its texts or its variants (the router's
+    catalog index polls it)."""
+
+    sku = models.CharField(max_length=64, unique=True)
+    price = models.DecimalField(max_digits=12, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    stock = models.IntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["sku"]
+
+    def __str__(self) -> str:
+        return self.sku
+
+
+class ProductText(models.Model):
+    """A product in one language: ``title``, ``description``, ``url``, ``image``, ``tags``
+    (``["lamp", ...]``), ``attributes`` (``{"material": "brass", ...}``) and ``options``: each
+    variant's options in this language (``{variant sku: {"colour": "black"}}``)."""
+
+    product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="texts")
+    locale = models.CharField(max_length=16)
+    title = models.CharField(max_length=300)
+    description = models.TextField(blank=True)
+    url = models.URLField(max_length=500, blank=True)
+    image = models.URLField(max_length=500, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    options = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["product", "locale"], name="product_text_once")]
+        ordering = ["product_id", "locale"]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.locale})"
+
+
+class ProductVariant(models.Model):
+    """One variant of a product, shared by its languages: ``sku`` (unique), ``options``
+    (``{"size": "M", "colour": "black"}``, as the last import gave them), ``price`` (None: the
+    product's), ``stock`` (units on hand), ``position`` (the file's order)."""
+
+    product = models.ForeignKey(Product, on_delete=models.CASCADE, related_name="variants")
+    sku = models.CharField(max_length=64, unique=True)
+    options = models.JSONField(default=dict, blank=True)
+    price = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    stock = models.IntegerField(default=0)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["product_id", "position", "id"]
+
+    def __str__(self) -> str:
+        return self.sku

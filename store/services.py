@@ -44,9 +44,21 @@ from django.utils.module_loading import import_string
 
 from lib import sandbox
 
+from . import catalog
 from .adapters.base import StoreAdapter
 from .models import KnownOrder, PendingAction, StoreCall
-from .types import ACTIONS, MUTATING_ACTIONS, Address, Order, Owner, Refund, ReturnRequest, StoreError
+from .types import (
+    ACTIONS,
+    MUTATING_ACTIONS,
+    Address,
+    Order,
+    Owner,
+    ProductNames,
+    ProductView,
+    Refund,
+    ReturnRequest,
+    StoreError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +69,8 @@ __all__ = [
     "action_run",
     "action_run_async",
     "address_from_dict",
+    "catalog_fingerprint",
+    "catalog_names",
     "conversations_forget",
     "idempotency_key_for",
     "order_peek",
@@ -70,6 +84,8 @@ __all__ = [
     "pending_offer",
     "pending_peek",
     "pending_take",
+    "product_view",
+    "product_view_async",
     "store_adapter",
     "store_on",
 ]
@@ -553,3 +569,26 @@ async def action_run_async(
         action_run, owner, action, number, actor=actor, idempotency_key=idempotency_key, arguments=arguments
     )
     return result
+
+
+# The product catalog (store.catalog): read by the router's catalog index and product answers.
+def catalog_fingerprint() -> tuple[int, int, str]:
+    """``(products, product texts, latest update)``: differs after any import that changed the
+    catalog. One query. Blocking."""
+    return catalog.catalog_fingerprint()
+
+
+def catalog_names() -> list[ProductNames]:
+    """Every catalog product's names (``store.types.ProductNames``), for finding products in a
+    shopper's words. Three queries. Blocking."""
+    return catalog.catalog_names()
+
+
+def product_view(sku: str, locale: str) -> ProductView | None:
+    """The product ``sku`` in ``locale`` (falling back to English, then any language), with its
+    price and stock as stored now; None when the catalog has no such product. Two queries.
+    Blocking."""
+    return catalog.product_view(sku, locale)
+
+
+product_view_async = sync_to_async(product_view, thread_sensitive=False)

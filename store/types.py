@@ -22,10 +22,14 @@ __all__ = [
     "MUTATING_ACTIONS",
     "Action",
     "Address",
+    "CatalogError",
     "Order",
     "OrderLine",
     "OrderStatus",
     "Owner",
+    "ProductNames",
+    "ProductVariantView",
+    "ProductView",
     "Refund",
     "ReturnRequest",
     "Shipment",
@@ -197,3 +201,79 @@ class Order:
     def item_count(self) -> int:
         """Units in the order (the sum of line quantities)."""
         return sum(line.quantity for line in self.lines)
+
+
+class CatalogError(Exception):
+    """A catalog request that cannot be served: ``code`` ``invalid`` (a file that cannot be read
+    at all) or ``not_found``; ``message`` says what, for logs and the command line."""
+
+    def __init__(self, code: Literal["invalid", "not_found"], message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ProductVariantView:
+    """One variant as a shopper is told about it: ``sku``, ``options`` in the asked language
+    (``{"colour": "black"}``; the shared ones when that language has none), ``price`` (the
+    product's currency), ``stock`` (units on hand, 0 = sold out)."""
+
+    sku: str
+    options: dict[str, str]
+    price: Decimal
+    stock: int
+
+    def label(self) -> str:
+        """``"black, M"``: the option values joined (the sku when there are none)."""
+        return ", ".join(str(v) for v in self.options.values()) or self.sku
+
+
+@dataclass(frozen=True)
+class ProductView:
+    """A catalog product in one language, read fresh from the catalog: ``title``,
+    ``description``, ``url`` and ``image`` ("" for none), ``tags``, ``attributes``
+    (``{"material": "brass"}``), ``price`` in ``currency`` (ISO 4217; the lowest variant price
+    is :meth:`price_range`'s), ``stock`` (a product without variants: units, None when not
+    tracked) and ``variants`` in the catalog's order."""
+
+    sku: str
+    locale: str
+    title: str
+    description: str
+    url: str
+    image: str
+    tags: tuple[str, ...]
+    attributes: dict[str, object]
+    price: Decimal
+    currency: str
+    stock: int | None
+    variants: tuple[ProductVariantView, ...] = ()
+
+    def price_range(self) -> tuple[Decimal, Decimal]:
+        """``(lowest, highest)`` price over the variants (the product's price twice without)."""
+        prices = [v.price for v in self.variants] or [self.price]
+        return min(prices), max(prices)
+
+    def in_stock(self) -> int | None:
+        """Units on hand over all variants (or the product's own count; None: not tracked)."""
+        if self.variants:
+            return sum(max(v.stock, 0) for v in self.variants)
+        return self.stock
+
+
+@dataclass(frozen=True)
+class ProductNames:
+    """What names a product, for finding it in a shopper's words (the router's catalog index):
+    ``sku``, ``titles`` (``{locale: title}``), ``tags`` (every language's), ``variant_skus``
+    and ``options`` (``{variant sku: every language's option values}``); ``attribute_keys``: the
+    attributes any language gives; ``updated``: when an
+    import last changed it (ISO 8601), so a reader can tell which products changed."""
+
+    sku: str
+    titles: dict[str, str]
+    tags: tuple[str, ...]
+    variant_skus: tuple[str, ...]
+    options: dict[str, tuple[str, ...]]
+    updated: str = ""
+    attribute_keys: tuple[str, ...] = ()

@@ -13,6 +13,9 @@ Order of checks (docs/routing.md):
 1c. the question complained about asked again (the same FAQ intent, or else an embedding cosine
    >= ``repeat.SIMILARITY``) within
    ``repeat.TURNS`` turns of the complaint -> ``handoff`` ("asked again after a thumbs-down");
+1d. a message naming a catalog product and asking its price, stock, options or attributes ->
+   ``product`` (``routing.decide.product_flow``: the catalog's data in a template, no model), or
+   "which one do you mean?" when several products fit;
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
@@ -39,7 +42,7 @@ from cache_layer.embeddings import embed_async
 from cache_layer.policy import is_follow_up
 from lib import sandbox
 from lib.text import detect_locale
-from routing.decide import answers, handoff_flow, repeat
+from routing.decide import answers, handoff_flow, product_flow, repeat
 from routing.decide.classify import classified as classified_text
 from routing.decide.classify import follow_up_classified
 from routing.decide.decision import Decision
@@ -134,6 +137,17 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         return action_decision(step.reply, locale=locale)
     follow_up = step.follow_up_route if step is not None else ""
 
+    # A catalog product named with a question about its price, stock, options or attributes: the
+    # catalog answers by template (routing.decide.product_flow), before the FAQ. Without a
+    # complaint in reach (step 1c needs the message's classification) it is tried before the
+    # text is classified, so a product answer costs no embedding.
+    products_on = not asks_for_person and not follow_up
+    product_first = products_on and not (store_actions and repeat.complaint_in_reach(question))
+    if product_first:
+        product = await product_flow.product_decision(question, locale, store_actions=store_actions)
+        if product is not None:
+            return product
+
     classified = await classified_text(text, locale)
     if follow_up:
         classified = await asyncio.to_thread(follow_up_classified, text, locale, route=follow_up)
@@ -146,6 +160,10 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     )
     if again is not None:
         return handoff_decision(locale=locale, reason=again)
+    if products_on and not product_first:
+        product = await product_flow.product_decision(question, locale, store_actions=store_actions)
+        if product is not None:
+            return product
     match, verdict = classified.match, classified.verdict
     if match is not None and match.accepted and match.entry_id is not None:  # never in a language the FAQ lacks
         entry = registry.entries.get(match.entry_id)

@@ -341,8 +341,8 @@ def answer_record(
             reason=reason,
         )
     saved = Decimal(0)
-    if route in ("faq", "action") or route.startswith("cache."):
-        # Priced at the tier that would have answered (the FAQ and action routes have none: the simple tier).
+    if route in ("faq", "action", "product") or route.startswith("cache."):
+        # Priced at the tier that would have answered (the FAQ, action and product routes have none: the simple tier).
         saved = saved_usd(tier=tier or "simple", answer_text=text)
     return AnswerRecord(
         text=text,

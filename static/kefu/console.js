@@ -224,7 +224,7 @@
         return onDelta(f);
       case "stream.end":
         // A bot answer may have started, advanced or ended the shopper's task.
-        if (["action", "faq", "decline"].includes(f.route) || String(f.route).startsWith("llm.")) loadTask();
+        if (["action", "product", "faq", "decline"].includes(f.route) || String(f.route).startsWith("llm.")) loadTask();
         return upsertMessage({ id: f.id, seq: f.seq, role: "bot", text: f.text, route: f.route, cut: f.cut, streaming: false });
       case "status":
         return onStatus(f.status, f.agent || "");

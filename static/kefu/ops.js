@@ -33,7 +33,7 @@
   var HEIGHT = 220;
   var SMALL_HEIGHT = 170;
   var COLORS = {
-    "faq": "#1a7f37", "action": "#8250df", "cache.exact": "#0a7c86", "cache.semantic": "#54aeff",
+    "faq": "#1a7f37", "action": "#8250df", "product": "#1b7c83", "cache.exact": "#0a7c86", "cache.semantic": "#54aeff",
     "llm.simple": "#0b5cad", "llm.medium": "#bf8700", "llm.complex": "#cf222e", "decline": "#6e7781",
     "handoff": "#953800", "simple": "#0b5cad", "medium": "#bf8700", "complex": "#cf222e", "cache": "#0a7c86"
   };

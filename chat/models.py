@@ -301,3 +301,62 @@ class SearchLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.agent_id}: {self.results} results"
+
+
+class EmailKind(models.TextChoices):
+    REPLY = "reply", _("Reply to a shopper")
+    TRANSCRIPT = "transcript", _("Transcript")
+    DIGEST = "digest", _("Agents' digest")
+
+
+class EmailState(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    SENDING = "sending", _("Sending")
+    SENT = "sent", _("Sent")
+    SKIPPED = "skipped", _("Not needed")
+    FAILED = "failed", _("Failed")
+
+
+class OutgoingEmail(models.Model):
+    """One e-mail kefu owes someone (``chat.mail``): a burst of agent replies to a shopper who
+    left, a transcript asked for, or the agents' digest. ``key`` is unique (``reply:<conv>:<first
+    seq>``, ``transcript:<conv>:<seq>``, ``digest:<interval start>``), so a retry or a second
+    worker never makes a second row; a row is sent by whoever claims it (``state`` ``sending``
+    with ``claim_until``), so it leaves once. ``message_id`` is its stable ``Message-ID``."""
+
+    key = models.CharField(max_length=120, unique=True)
+    kind = models.CharField(max_length=12, choices=EmailKind.choices)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.CASCADE, related_name="emails"
+    )
+    # The agent messages a reply e-mail carries: seqs first_seq..last_seq (0 for other kinds).
+    first_seq = models.PositiveIntegerField(default=0)
+    last_seq = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=8, choices=EmailState.choices, default=EmailState.PENDING)
+    due_at = models.DateTimeField()
+    claim_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    message_id = models.CharField(max_length=200, blank=True)
+    # Why the last attempt failed (the server's answer, no address), for ops.
+    error = models.CharField(max_length=300, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            # The sweep reads the rows due (chat.mail.due_emails): the pending and sending rows only.
+            models.Index(fields=["due_at"], condition=models.Q(state__in=["pending", "sending"]), name="email_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"
+
+
+class ResumeCode(models.Model):
+    """A single-use code of a resume link (``chat.mail``): the widget exchanges it for its
+    conversation once, before ``expires_at``. Only its SHA-256 is stored, like a token."""
+
+    code_hash = models.CharField(max_length=64, primary_key=True)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    expires_at = models.DateTimeField(db_index=True)
+    used_at = models.DateTimeField(null=True, blank=True)

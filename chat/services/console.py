@@ -20,7 +20,7 @@ from django.utils import timezone
 from lib.search_terms import index_terms
 from routing import services as router
 
-from .. import presence
+from .. import mail, presence
 from ..errors import NotAgent, NotCached, NotFound, NotOwner
 from ..models import Conversation, ConversationStatus, InternalNote, Message, Role
 from ..selectors import user_is_agent
@@ -188,7 +188,11 @@ def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, cli
                 seq, _answered, status = next_seq(conversation_id)[:3]
             except Conversation.DoesNotExist:
                 raise NotFound(str(conversation_id)) from None
-            owner = Conversation.objects.filter(pk=conversation_id).values_list("agent_id", "agent_name").get()
+            owner = (
+                Conversation.objects.filter(pk=conversation_id)
+                .values_list("agent_id", "agent_name", "contact_email", "customer_email")
+                .get()
+            )
             if status != ConversationStatus.AGENT or owner[0] != agent.pk:
                 transaction.set_rollback(True)
                 raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
@@ -201,6 +205,8 @@ def agent_message_send(*, conversation_id: uuid.UUID, agent: Any, text: str, cli
                 agent_name=owner[1],
                 client_id=client_id,
             )
+            if owner[2] or owner[3]:  # the shopper left an address: e-mailed if they are gone (chat.mail)
+                mail.reply_owed(conversation_id=conversation_id, seq=seq)
     except IntegrityError:
         # The same client_id raced in through another socket or worker a moment ago.
         return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)

@@ -1705,6 +1705,54 @@
   });
 
   // ---------------------------------------------------------------------------------------------
+  // Resuming from an e-mail (docs/email.md): the link of an e-mailed reply opens this page with
+  // #kefu-resume=CODE. The code is taken off the address bar at once, exchanged once
+  // (POST /api/chat/resume) for the conversation and a token, and the chat opens on it.
+  const RESUME_T = {
+    en: { expired: "This link was already used or has expired. You can still write to us here." },
+    zh: { expired: "此链接已使用或已过期。您仍可以在这里给我们留言。" },
+  }[UI];
+
+  function resumeCodeFromLink() {
+    const match = /(?:^#|&)kefu-resume=([\w-]{8,100})/.exec(window.location.hash || "");
+    if (!match) return null;
+    try {
+      const rest = window.location.hash.replace(match[0], "").replace(/^#&?/, "");
+      const url = window.location.pathname + window.location.search + (rest ? "#" + rest : "");
+      window.history.replaceState(window.history.state, "", url);
+    } catch (_) {
+      // a sandboxed frame: the code stays in the address bar, and is spent anyway
+    }
+    return match[1];
+  }
+
+  function resumeFromLink() {
+    const code = resumeCodeFromLink();
+    if (!code) return false;
+    fetch(new URL("/api/chat/resume", SERVER).href, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ code }),
+      credentials: "omit",
+    })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then((body) => {
+        if (state.ws) state.ws.close();
+        state.ws = null;
+        if (state.conversation !== String(body.conversation)) clearConversationView();
+        state.conversation = String(body.conversation);
+        state.token = String(body.token);
+        storage.set("conversation", { id: state.conversation, token: state.token });
+        open();
+      })
+      .catch(() => {
+        open();
+        addNotice(RESUME_T.expired);
+      });
+    return true;
+  }
+
+  // ---------------------------------------------------------------------------------------------
   // Start
   function mount() {
     document.body.appendChild(host);
@@ -1712,6 +1760,7 @@
     updateUnread();
     updateComposer();
     for (const item of outbox) showPending(item.client_id, item.text);
+    if (resumeFromLink()) return;
     if (script.dataset.open === "true") open();
     else if (state.conversation || outbox.length) connect(); // resume: agent replies, unread badge
   }

@@ -1,0 +1,82 @@
+"""The outside check of e-mail (CONTRACT.md, "E-mail"), on a live Daphne with ``EMAIL_URL=filemail:///DIR``:
+a shopper leaves an address, closes the tab, an agent replies, and the e-mail appears in DIR,
+with a resume link that opens the conversation once. Short burst and offline windows keep it
+quick; the defaults (40 s, 30 s) are the same code with longer waits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_takeover_across_workers import agent_cookie, recv
+
+pytestmark = pytest.mark.asyncio
+
+
+def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+async def until_type(ws: Any, kind: str) -> dict[str, Any]:
+    while (frame := await recv(ws))["type"] != kind:
+        pass
+    return frame
+
+
+async def test_the_reply_to_a_shopper_who_closed_the_tab_lands_in_the_mail_directory(live_kefu, tmp_path):
+    outbox = tmp_path / "mail"
+    env = {
+        "EMAIL_URL": f"filemail://{outbox}",
+        "KEFU_EMAIL_FROM": "Shop <help@shop.example>",
+        "KEFU_EMAIL_BURST_S": "1",
+        "KEFU_EMAIL_OFFLINE_S": "1",
+        "KEFU_AGENT_SWEEP_S": "0.5",
+    }
+    kefu = live_kefu(env=env)
+    cookie = agent_cookie(kefu.env)
+    async with websockets.connect(
+        kefu.ws.replace("/ws/chat/", "/ws/agent/"),
+        origin=kefu.base,
+        additional_headers={"Cookie": f"sessionid={cookie}"},
+    ) as console:
+        async with websockets.connect(kefu.ws, origin=kefu.base) as shopper:
+            await shopper.send(json.dumps({"type": "hello", "locale": "en"}))
+            conv = await recv(shopper)
+            await shopper.send(json.dumps({"type": "message", "client_id": "q1", "text": "I want to talk to a person"}))
+            await until_type(shopper, "status")
+            await shopper.send(json.dumps({"type": "contact", "email": "ada@example.com"}))
+            await until_type(shopper, "contact.saved")
+        await console.send(json.dumps({"type": "take_over", "conversation": conv["id"]}))
+        await console.send(
+            json.dumps({"type": "message", "conversation": conv["id"], "client_id": "a1", "text": "It ships today."})
+        )
+        async with asyncio.timeout(60):
+            while not (files := sorted(outbox.glob("*.log"))):
+                await asyncio.sleep(0.2)
+    text = files[0].read_text()
+    assert "To: ada@example.com" in text and "It ships today." in text
+    assert f"X-Kefu-Conversation: {conv['id']}" in text and conv["token"] not in text
+    code = re.search(r"#kefu-resume=([\w-]+)", text).group(1)
+    status, body = post(kefu.base + "/api/chat/resume", {"code": code})
+    assert status == 200 and body["conversation"] == conv["id"]
+    async with websockets.connect(kefu.ws, origin=kefu.base) as again:
+        await again.send(json.dumps({"type": "hello", "conversation": body["conversation"], "token": body["token"]}))
+        assert (await recv(again))["id"] == conv["id"]
+        while (await recv(again)).get("text") != "It ships today.":  # the replay holds the reply
+            pass
+    assert post(kefu.base + "/api/chat/resume", {"code": code})[0] == 403

@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.mail import EmailMultiAlternatives
 from django.db import transaction
 from django.db.models import Q
@@ -44,10 +45,10 @@ from prometheus_client import Counter
 
 from lib.logredact import redact
 
-from . import shopper_presence
+from . import inbound, presence, shopper_presence
 from .errors import AccessDenied
 from .identity import customer_token
-from .models import Conversation, EmailKind, EmailState, Message, OutgoingEmail, ResumeCode, Role
+from .models import Conversation, ConversationStatus, EmailKind, EmailState, Message, OutgoingEmail, ResumeCode, Role
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,8 @@ def email_send(email_id: int, attempt: int) -> Outcome:
         return Outcome("lost")
     if row.kind == EmailKind.REPLY:
         built = _reply_message(row)
+    elif row.kind == EmailKind.DIGEST:
+        built = _digest_message(row)
     else:  # kinds without a builder yet: nothing to send
         built = None
     if isinstance(built, str):  # "deferred" or "skipped"
@@ -290,8 +293,77 @@ def _reply_message(row: OutgoingEmail) -> EmailMultiAlternatives | str | None:
             "Auto-Submitted": "auto-generated",
             "X-Kefu-Conversation": str(conv.pk),
         },
+        reply_to=[reply_to] if (reply_to := inbound.reply_address(conv.pk)) else None,
     )
     return email
+
+
+# --- the agents' digest --------------------------------------------------------------------------
+
+
+def _waiting_too_long(now: datetime) -> list[Conversation]:
+    since = now - timedelta(seconds=settings.KEFU_DIGEST_AFTER_S)
+    return list(
+        Conversation.objects.filter(status=ConversationStatus.WAITING_AGENT, waiting_since__lte=since).order_by(
+            "waiting_since"
+        )[:50]
+    )
+
+
+def digest_owed(*, now: datetime | None = None) -> OutgoingEmail | None:
+    """Owe the agents a digest when conversations have waited longer than
+    ``KEFU_DIGEST_AFTER_S`` with no agent online: one row per interval of that length (its
+    ``key`` names the interval), however many sweeps and processes ask. Returns the new row, or
+    None (nothing waits too long, someone is online, the interval's digest exists, or the digest
+    is off: 0). Blocking."""
+    every = settings.KEFU_DIGEST_AFTER_S
+    now = now or timezone.now()
+    if every <= 0 or presence.agents_online() > 0 or not _waiting_too_long(now):
+        return None
+    interval = int(now.timestamp() // every)
+    row, created = OutgoingEmail.objects.get_or_create(
+        key=f"digest:{interval}", defaults={"kind": EmailKind.DIGEST, "due_at": now}
+    )
+    return row if created else None
+
+
+def agent_addresses() -> list[str]:
+    """E-mail addresses of the active agents (staff with ``chat.handle_conversations``, directly,
+    by a group, or as superusers) who have one. Blocking."""
+    has_perm = (
+        Q(is_superuser=True)
+        | Q(user_permissions__codename="handle_conversations", user_permissions__content_type__app_label="chat")
+        | Q(groups__permissions__codename="handle_conversations", groups__permissions__content_type__app_label="chat")
+    )
+    users = get_user_model().objects.filter(has_perm, is_active=True, is_staff=True).exclude(email="")
+    return sorted(set(users.values_list("email", flat=True)))
+
+
+def _digest_message(row: OutgoingEmail) -> EmailMultiAlternatives | str:
+    now = timezone.now()
+    if presence.agents_online() > 0:
+        return "skipped"  # someone came online meanwhile: they see the queue
+    waiting = _waiting_too_long(now)
+    to = agent_addresses()
+    if not waiting or not to:
+        return "skipped"
+    lines = [
+        f"{len(waiting)} conversation(s) waiting for a person, and no agent is online.",
+        f"{len(waiting)} 个对话正在等待人工客服，目前没有客服在线。",
+        "",
+    ]
+    for conv in waiting:
+        minutes = int((now - conv.waiting_since).total_seconds() // 60) if conv.waiting_since else 0
+        left = " · e-mail left / 已留邮箱" if conv.contact_email else ""
+        lines.append(f"- {conv.pk} · {conv.locale} · waiting {minutes} min / 已等待 {minutes} 分钟{left}")
+    lines += ["", "Console / 客服工作台: /console/"]
+    return EmailMultiAlternatives(
+        subject=f"[{settings.KEFU_STORE_NAME}] {len(waiting)} waiting / {len(waiting)} 个对话等待中",
+        body="\n".join(lines),
+        from_email=settings.KEFU_EMAIL_FROM,
+        to=to,
+        headers={"Auto-Submitted": "auto-generated", "Message-ID": f"<kefu.{row.key.replace(':', '.')}@{_domain()}>"},
+    )
 
 
 # --- resume codes --------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ class Conversation(models.Model):
     # When an agent last took it over from the queue: the queue's recent take-over rate, which
     # estimates a waiting shopper's wait (chat.availability).
     queue_taken_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # When that conversation had entered the queue (its ``waiting_since`` then): the wait it had,
+    # ``queue_taken_at - queue_waited_from``, caps the waits promised to others (chat.availability).
+    queue_waited_from = models.DateTimeField(null=True, blank=True)
     # An address the shopper left (the widget offers the form while no agent is online), for an
     # agent to reply to later; shown in the console. "" when none.
     contact_email = models.EmailField(max_length=254, blank=True)

@@ -107,10 +107,12 @@ def send_email(email_id: int, attempt: int) -> str:
 
 
 def dispatch_due_emails() -> int:
-    """Claim every e-mail row due (``chat.mail.due_emails``) and hand each to
+    """Owe the agents' digest when it is due (``chat.mail.digest_owed``), then claim every
+    e-mail row due (``chat.mail.due_emails``) and hand each to
     :func:`send_email` (a Celery worker with ``REDIS_URL``; eager, here, otherwise). Returns how
     many this call claimed. Blocking: the sweeper runs it in a worker thread, never on the loop."""
     claimed = 0
+    mail.digest_owed()
     for email_id in mail.due_emails():
         attempt = mail.email_claim(email_id)
         if attempt is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from lib import business_hours
 from lib.redis_conn import LAYER_SOCKET_TIMEOUT_S, redis_options
 from lib.settings_env import env
 from lib.text import DEFAULT_LANGUAGES, DEFAULT_MIN_CONFIDENCE
@@ -425,10 +426,24 @@ KEFU_RESUME_CODE_TTL_S = env.int("KEFU_RESUME_CODE_TTL_S", default=7 * 24 * 3600
 KEFU_EMAIL_BURST_S = env.float("KEFU_EMAIL_BURST_S", default=40.0)
 KEFU_EMAIL_OFFLINE_S = env.float("KEFU_EMAIL_OFFLINE_S", default=30.0)
 KEFU_EMAIL_MAX_ATTEMPTS = env.int("KEFU_EMAIL_MAX_ATTEMPTS", default=5)
+# Replies by e-mail (chat.inbound): the Reply-To of reply e-mails (tagged per conversation), and
+# the Mailgun webhook signing key that checks what the inbound webhook receives (both empty: off).
+KEFU_EMAIL_REPLY_TO = env.str("KEFU_EMAIL_REPLY_TO", default="")
+KEFU_MAILGUN_WEBHOOK_SIGNING_KEY = env.str("KEFU_MAILGUN_WEBHOOK_SIGNING_KEY", default="")
+# Agents' digest: conversations waiting longer than this with no agent online are e-mailed to the
+# agents (staff with an address), one digest per this many seconds at most (0: no digest).
+KEFU_DIGEST_AFTER_S = env.float("KEFU_DIGEST_AFTER_S", default=900.0)
 if KEFU_EMAIL_BURST_S < 0 or KEFU_EMAIL_OFFLINE_S < 0 or KEFU_EMAIL_MAX_ATTEMPTS < 1:
     raise ImproperlyConfigured(
         "KEFU_EMAIL_BURST_S and KEFU_EMAIL_OFFLINE_S must be 0 or more and KEFU_EMAIL_MAX_ATTEMPTS 1 or more"
     )
+
+# --- Opening hours (lib.business_hours, docs/configuration.md#opening-hours): unset = always open.
+KEFU_BUSINESS_HOURS = env.json_object("KEFU_BUSINESS_HOURS", default={})
+try:
+    business_hours.parse(KEFU_BUSINESS_HOURS)
+except ValueError as _e:
+    raise ImproperlyConfigured(f"KEFU_BUSINESS_HOURS: {_e}") from None
 
 # --- Ops: /metrics needs "Authorization: Bearer <token>" when set (docs/ops.md).
 KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")

@@ -195,3 +195,9 @@ def test_a_malformed_email_url_stops_the_start_and_names_the_variable(url, says)
     result = check(EMAIL_URL=url)
     assert result.returncode != 0
     assert says in result.stderr and "secret" not in result.stderr
+
+
+def test_bad_opening_hours_stop_the_start_and_name_the_key():
+    result = check(KEFU_BUSINESS_HOURS='{"tz": "Europe/Berlin", "mon": ["17:00-09:00"]}')
+    assert result.returncode != 0
+    assert "KEFU_BUSINESS_HOURS: mon: '17:00-09:00' ends before it starts" in result.stderr

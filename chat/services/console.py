@@ -112,6 +112,11 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
                 agent=agent,
                 agent_name=name,
                 owner_epoch=F("owner_epoch") + 1,
+                # The wait it had (SQL reads every SET's right side before the row changes).
+                queue_waited_from=Case(
+                    When(status=ConversationStatus.WAITING_AGENT, then=F("waiting_since")),
+                    default=F("queue_waited_from"),
+                ),
                 waiting_since=None,
                 # Taken from the queue: counts in the take-over rate that estimates waits.
                 queue_taken_at=Case(

@@ -926,7 +926,54 @@
   // ---------------------------------------------------------------------------------------------
   // Header: conversation status and connection state
   function waitText(a) {
-    return a && typeof a.expected_wait_s === "number" ? T.minutes(a.expected_wait_s) : "";
+    if (a && typeof a.expected_wait_s === "number") return T.minutes(a.expected_wait_s);
+    return a && a.agents_online > 0 ? AWAY_T.waitUnknown : "";
+  }
+
+  // Opening hours and an unknown wait (docs/widget.md, availability `open` / `opens_at`): outside
+  // the store's hours with nobody online, the header says when the team is back, in the
+  // shopper's own time zone and language, and the e-mail form is offered.
+  const AWAY_T = {
+    en: {
+      closedUntil: (when) => `We're closed · back ${when}`,
+      closed: "We're closed right now",
+      waitUnknown: "we'll reply here or by e-mail",
+    },
+    zh: {
+      closedUntil: (when) => `当前非营业时间 · ${when} 回来`,
+      closed: "当前非营业时间",
+      waitUnknown: "我们会在这里或通过邮件回复您",
+    },
+  }[UI];
+
+  function awayNow(a) {
+    return !!a && a.open === false && a.agents_online === 0;
+  }
+
+  function backText(iso) {
+    const when = new Date(iso);
+    if (Number.isNaN(when.getTime())) return "";
+    try {
+      return new Intl.DateTimeFormat(UI === "zh" ? "zh-CN" : "en", {
+        weekday: "short",
+        month: "short",
+        day: "numeric",
+        hour: "2-digit",
+        minute: "2-digit",
+      }).format(when);
+    } catch (_) {
+      return when.toLocaleString();
+    }
+  }
+
+  function hoursSubtitle(a) {
+    if (!awayNow(a) || state.status === "agent" || state.status === "closed" || state.conn !== "online") return "";
+    const when = typeof a.opens_at === "string" ? backText(a.opens_at) : "";
+    return when ? AWAY_T.closedUntil(when) : AWAY_T.closed;
+  }
+
+  function offerEmailAway(a) {
+    return awayNow(a) && !a.contact_saved && state.status !== "agent" && state.status !== "closed";
   }
 
   function updateHeader() {
@@ -948,13 +995,14 @@
     else if (state.status === "closed") text = T.subtitleClosed;
     else if (state.status === "bot") text = T.subtitleBot;
     else text = T.subtitleIdle;
-    subtitleText.textContent = text;
+    subtitleText.textContent = hoursSubtitle(a) || text;
     updateContact();
   }
 
   function updateContact() {
     const a = state.avail;
-    const offer = state.status === "waiting_agent" && !!a && a.agents_online === 0 && !a.contact_saved;
+    const offer =
+      (state.status === "waiting_agent" && !!a && a.agents_online === 0 && !a.contact_saved) || offerEmailAway(a);
     contactBox.hidden = !offer;
     contactBtn.disabled = state.contactPending !== null || !state.ready;
   }
@@ -966,6 +1014,8 @@
       queue_position: typeof a.queue_position === "number" ? a.queue_position : null,
       expected_wait_s: typeof a.expected_wait_s === "number" ? a.expected_wait_s : null,
       contact_saved: !!a.contact_saved,
+      open: typeof a.open === "boolean" ? a.open : null,
+      opens_at: typeof a.opens_at === "string" ? a.opens_at : null,
     };
     updateHeader();
   }

@@ -19,7 +19,7 @@ from django.core import mail as outbox
 from django.utils import timezone
 
 from chat import mail, tasks
-from chat.models import EmailState, Message, OutgoingEmail
+from chat.models import Conversation, EmailState, Message, OutgoingEmail
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_console
@@ -193,3 +193,130 @@ async def test_a_row_is_claimed_by_one_sender_only(make_client, make_agent, faq)
     assert (await database_sync_to_async(mail.email_send)(row.pk, first)).outcome == "sent"
     assert (await database_sync_to_async(mail.email_send)(row.pk, first)).outcome == "lost"  # a retry
     assert len(outbox.outbox) == 1
+
+
+async def test_agents_get_one_digest_per_interval_while_conversations_wait_with_nobody_online(
+    make_client, faq, settings
+):
+    settings.KEFU_DIGEST_AFTER_S = 600.0
+
+    @database_sync_to_async
+    def staff() -> None:
+        test_console.make_user("alice", first_name="Alice").__class__.objects.filter(username="alice").update(
+            email="alice@shop.example"
+        )
+        bob = test_console.make_user("bob", agent=False)  # staff, not an agent: not told
+        bob.email = "bob@shop.example"
+        bob.save()
+
+    await staff()
+    shopper = await make_client()
+    await shopper.hello()
+    await shopper.say("can I talk to a human please")
+    await shopper.until("status")
+    assert await due_now() == 0  # waiting, but not for 10 minutes yet
+    await database_sync_to_async(Conversation.objects.filter(pk=shopper.conversation).update)(
+        waiting_since=timezone.now() - timedelta(minutes=11)
+    )
+    assert await due_now() == 1
+    assert await due_now() == 0  # one per interval, however often the sweep runs
+    assert len(outbox.outbox) == 1
+    digest = outbox.outbox[0]
+    assert digest.to == ["alice@shop.example"]
+    assert "1 conversation(s) waiting for a person" in digest.body and shopper.conversation in digest.body
+    assert "waiting 11 min" in digest.body
+
+
+# --- replies by e-mail (Mailgun's inbound route, django-anymail) ------------------------------------
+
+SIGNING_KEY = "key-7f3a9c1e2b"
+
+
+def mailgun_post(*, recipient: str, text: str, key: str = SIGNING_KEY, message_id: str = "<r1@mail.example>") -> dict:
+    """A Mailgun inbound ``forward()`` post, fully parsed, as Mailgun documents it: the signature
+    is HMAC-SHA256 of ``timestamp + token`` under the webhook signing key."""
+    import hashlib
+    import hmac
+    import time as _time
+
+    timestamp, token = str(int(_time.time())), "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0"
+    headers = [
+        ["From", "Mei <mei@example.com>"],
+        ["To", recipient],
+        ["Subject", "Re: Your conversation with Lantern & Loom"],
+        ["Message-Id", message_id],
+    ]
+    return {
+        "recipient": recipient,
+        "sender": "mei@example.com",
+        "from": "Mei <mei@example.com>",
+        "subject": "Re: Your conversation with Lantern & Loom",
+        "body-plain": text,
+        "message-headers": json.dumps(headers),
+        "timestamp": timestamp,
+        "token": token,
+        "signature": hmac.new(key.encode(), f"{timestamp}{token}".encode(), hashlib.sha256).hexdigest(),
+    }
+
+
+async def test_an_emailed_reply_with_a_good_signature_is_the_shoppers_message_without_the_quote(
+    make_client, make_agent, faq, settings
+):
+    from django.test import AsyncClient
+
+    settings.KEFU_MAILGUN_WEBHOOK_SIGNING_KEY = SIGNING_KEY
+    settings.KEFU_EMAIL_REPLY_TO = "reply@in.shop.example"
+    shopper, alice = await left_an_address_and_closed_the_tab(make_client, make_agent)
+    await reply(alice, shopper.conversation, "Which colour would you like?", "a1")
+    await due_now()
+    sent = outbox.outbox[0]
+    (reply_to,) = sent.reply_to
+    assert reply_to.startswith(f"reply+{shopper.conversation.replace('-', '')}.") and "@in.shop.example" in reply_to
+    body = (
+        "The blue one, please.\n\nMei\n-- \nMei Chen, Shanghai\n\n"
+        "On Mon, 7 Dec 2026 at 10:00, Lantern & Loom <help@shop.example> wrote:\n> Which colour would you like?\n"
+    )
+    await alice.send({"type": "open", "conversation": shopper.conversation})  # Alice follows it
+    await alice.until("history")
+    web = AsyncClient()
+    response = await web.post("/api/email/inbound/mailgun", mailgun_post(recipient=reply_to, text=body))
+    assert response.status_code == 200
+    again = await web.post("/api/email/inbound/mailgun", mailgun_post(recipient=reply_to, text=body))  # a retry
+    assert again.status_code == 200
+    msgs = await database_sync_to_async(
+        lambda: list(Message.objects.filter(conversation_id=shopper.conversation).values_list("role", "text"))
+    )()
+    assert msgs[-1] == ("shopper", "The blue one, please.\n\nMei")  # once, no signature, no quote
+    assert [t for r, t in msgs if r == "shopper"].count("The blue one, please.\n\nMei") == 1
+    # Alice, who holds the conversation, sees it like any message of the shopper's.
+    seen = (await alice.until("message", shopper.conversation, role="shopper"))[-1]
+    assert seen["text"] == "The blue one, please.\n\nMei"
+
+
+async def test_an_inbound_post_with_a_bad_signature_or_a_forged_address_stores_nothing(
+    make_client, make_agent, faq, settings
+):
+    from django.test import AsyncClient
+
+    settings.KEFU_MAILGUN_WEBHOOK_SIGNING_KEY = SIGNING_KEY
+    settings.KEFU_EMAIL_REPLY_TO = "reply@in.shop.example"
+    shopper, alice = await left_an_address_and_closed_the_tab(make_client, make_agent)
+    before = await database_sync_to_async(Message.objects.filter(conversation_id=shopper.conversation).count)()
+    web = AsyncClient()
+    tagged = mail.inbound.reply_address(uuid_of(shopper.conversation))
+    forged = mailgun_post(recipient=tagged, text="Cancel everything", key="not-the-key")
+    assert (await web.post("/api/email/inbound/mailgun", forged)).status_code == 400
+    wrong_tag = f"reply+{shopper.conversation.replace('-', '')}.{'0' * 20}@in.shop.example"
+    assert (
+        await web.post("/api/email/inbound/mailgun", mailgun_post(recipient=wrong_tag, text="hi"))
+    ).status_code == 200
+    after = await database_sync_to_async(Message.objects.filter(conversation_id=shopper.conversation).count)()
+    assert after == before
+    settings.KEFU_MAILGUN_WEBHOOK_SIGNING_KEY = ""
+    assert (await web.post("/api/email/inbound/mailgun", mailgun_post(recipient=tagged, text="hi"))).status_code == 404
+
+
+def uuid_of(conversation: str) -> Any:
+    import uuid
+
+    return uuid.UUID(conversation)

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -161,6 +162,8 @@ def email_send(email_id: int, attempt: int) -> Outcome:
         built = _reply_message(row)
     elif row.kind == EmailKind.DIGEST:
         built = _digest_message(row)
+    elif row.kind == EmailKind.TRANSCRIPT:
+        built = _transcript_message(row)
     else:  # kinds without a builder yet: nothing to send
         built = None
     if isinstance(built, str):  # "deferred" or "skipped"
@@ -296,6 +299,71 @@ def _reply_message(row: OutgoingEmail) -> EmailMultiAlternatives | str | None:
         reply_to=[reply_to] if (reply_to := inbound.reply_address(conv.pk)) else None,
     )
     return email
+
+
+# --- a transcript on request ----------------------------------------------------------------------
+
+TRANSCRIPT_TEXT = {
+    "en": {"subject": "Your conversation with {store}: the transcript", "you": "You", "bot": "Assistant"},
+    "zh": {"subject": "您与{store}的对话记录", "you": "您", "bot": "智能助手"},
+}
+
+
+def transcript_owed(*, conversation_id: uuid.UUID, email: str) -> bool:
+    """The shopper asked for the transcript (``POST /api/chat/transcript``): save ``email``
+    (validated by the caller) as the conversation's address and owe one transcript e-mail per
+    state of the conversation (asking again with nothing new owes nothing). True when a new one is
+    owed. Raises ``Conversation.DoesNotExist``. Blocking."""
+    with transaction.atomic():
+        last_seq = Conversation.objects.select_for_update().values_list("last_seq", flat=True).get(pk=conversation_id)
+        Conversation.objects.filter(pk=conversation_id).update(contact_email=email, updated_at=timezone.now())
+        _row, created = OutgoingEmail.objects.get_or_create(
+            key=f"transcript:{conversation_id.hex}:{last_seq}",
+            defaults={
+                "kind": EmailKind.TRANSCRIPT,
+                "conversation_id": conversation_id,
+                "last_seq": last_seq,
+                "due_at": timezone.now(),
+            },
+        )
+    return created
+
+
+def _transcript_message(row: OutgoingEmail) -> EmailMultiAlternatives | str:
+    conv = row.conversation
+    assert conv is not None
+    to = address_of(conv)
+    if not to:
+        return "skipped"
+    locale = (conv.locale or "en").split("-")[0]
+    t = TRANSCRIPT_TEXT.get(locale, TRANSCRIPT_TEXT["en"])
+    store = settings.KEFU_STORE_NAME
+    zone = conv.time_zone or "UTC"
+    try:
+        tz: Any = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        tz, zone = ZoneInfo("UTC"), "UTC"
+    lines = [f"{t['subject'].format(store=store)} ({zone})", ""]
+    rows = Message.objects.filter(conversation_id=conv.pk, seq__lte=row.last_seq, superseded=False).order_by("seq")
+    for msg in rows:
+        if not msg.text:
+            continue
+        names: dict[str, str] = {Role.SHOPPER: t["you"], Role.BOT: t["bot"], Role.AGENT: msg.agent_name or store}
+        who = names.get(msg.role, store)
+        lines += [f"[{msg.created_at.astimezone(tz):%Y-%m-%d %H:%M}] {who}:", msg.text, ""]
+    return EmailMultiAlternatives(
+        subject=t["subject"].format(store=store),
+        body="\n".join(lines),
+        from_email=settings.KEFU_EMAIL_FROM,
+        to=[to],
+        headers={
+            "Message-ID": f"<kefu.{row.pk}.{secrets.token_hex(6)}@{_domain()}>",
+            "In-Reply-To": thread_id(conv.pk),
+            "References": thread_id(conv.pk),
+            "Auto-Submitted": "auto-generated",
+            "X-Kefu-Conversation": str(conv.pk),
+        },
+    )
 
 
 # --- the agents' digest --------------------------------------------------------------------------

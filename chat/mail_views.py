@@ -27,6 +27,7 @@ from . import answering, availability, events, inbound, mail, services
 from .errors import AccessDenied
 from .models import Message
 from .origins import origin_allowed
+from .protocol import ProtocolError, validate_contact
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _cors(view: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest]
         if allowed:
             response["Access-Control-Allow-Origin"] = origin
             response["Access-Control-Allow-Methods"] = "POST, OPTIONS"
-            response["Access-Control-Allow-Headers"] = "Content-Type"
+            response["Access-Control-Allow-Headers"] = "Content-Type, X-Kefu-Conversation, X-Kefu-Token"
             response["Access-Control-Max-Age"] = "600"
             response["Vary"] = "Origin"
         response["Cache-Control"] = "no-store"
@@ -84,6 +85,32 @@ def resume(request: HttpRequest) -> HttpResponse:
     except AccessDenied:
         return error(403, "resume_invalid", "This link was already used or has expired.")
     return JsonResponse({"conversation": str(conversation.pk), "token": token})
+
+
+@csrf_exempt
+@_cors
+def transcript(request: HttpRequest) -> HttpResponse:
+    """``POST /api/chat/transcript`` ``{"email": STR}`` with the conversation's id and token in
+    ``X-Kefu-Conversation`` / ``X-Kefu-Token`` (never in the URL): the widget's "e-mail me the
+    transcript" after a conversation closed. ``202 {"status": "queued"}`` (the e-mail leaves with
+    the next sweep; asked again with nothing new: ``{"status": "already_queued"}``); ``400
+    invalid`` (no valid address), ``403 forbidden`` (wrong id or token)."""
+    if request.method != "POST":
+        return error(405, "method_not_allowed", "use POST")
+    try:
+        conversation_id = uuid.UUID(request.headers.get("X-Kefu-Conversation", ""))
+        services.conversation_authenticate(
+            conversation_id=conversation_id, token=request.headers.get("X-Kefu-Token", "")
+        )
+    except (ValueError, AccessDenied):
+        return error(403, "forbidden", "unknown conversation or wrong token")
+    body = _json_body(request)
+    try:
+        email = validate_contact(body or {})
+    except ProtocolError as e:
+        return error(400, "invalid", e.message)
+    queued = mail.transcript_owed(conversation_id=conversation_id, email=email)
+    return JsonResponse({"status": "queued" if queued else "already_queued"}, status=202)
 
 
 # --- replies by e-mail -----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ urlpatterns = [
     path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat-completions"),
     # The widget's exchange of an e-mail's resume code (docs/email.md).
     path("api/chat/resume", mail_views.resume, name="chat-resume"),
+    path("api/chat/transcript", mail_views.transcript, name="chat-transcript"),
     # A shopper's e-mailed reply, from Mailgun's inbound route (docs/email.md).
     path("api/email/inbound/mailgun", mail_views.mailgun_inbound, name="email-inbound-mailgun"),
     # Agent console (docs/console.md); its WebSocket is /ws/agent/ (chat/routing.py).

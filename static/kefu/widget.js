@@ -997,6 +997,7 @@
     else text = T.subtitleIdle;
     subtitleText.textContent = hoursSubtitle(a) || text;
     updateContact();
+    updateTranscript();
   }
 
   function updateContact() {
@@ -1752,6 +1753,84 @@
         locale: LOCALE,
       };
     },
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // The transcript on request (docs/email.md): once the conversation is closed, a form sends it
+  // by e-mail (POST /api/chat/transcript with the conversation's id and token in headers).
+  const TRANSCRIPT_T = {
+    en: {
+      prompt: "Want a copy of this conversation? We'll e-mail you the transcript:",
+      send: "E-mail it",
+      queued: (email) => `The transcript is on its way to ${email}.`,
+      failed: "Sorry, the transcript could not be sent. Please try again.",
+    },
+    zh: {
+      prompt: "需要这段对话的副本吗？我们可以把对话记录发到您的邮箱：",
+      send: "发送到邮箱",
+      queued: (email) => `对话记录正在发送到 ${email}。`,
+      failed: "抱歉，对话记录发送失败，请重试。",
+    },
+  }[UI];
+  const transcriptBox = h("div", "kefu-contact kefu-transcript");
+  transcriptBox.hidden = true;
+  const transcriptText = h("p", "kefu-contact__text", TRANSCRIPT_T.prompt);
+  transcriptText.id = "kefu-transcript-text";
+  const transcriptForm = h("form", "kefu-contact__form");
+  transcriptForm.noValidate = true;
+  const transcriptLabel = h("label", "kefu-sr", T.contactLabel);
+  transcriptLabel.htmlFor = "kefu-transcript-email";
+  const transcriptInput = h("input", "kefu-contact__input");
+  transcriptInput.id = "kefu-transcript-email";
+  transcriptInput.type = "email";
+  transcriptInput.autocomplete = "email";
+  transcriptInput.maxLength = 254;
+  transcriptInput.placeholder = "name@example.com";
+  transcriptInput.setAttribute("aria-describedby", "kefu-transcript-text kefu-transcript-error");
+  const transcriptBtn = h("button", "kefu-contact__save", TRANSCRIPT_T.send);
+  transcriptBtn.type = "submit";
+  const transcriptError = h("p", "kefu-contact__error");
+  transcriptError.id = "kefu-transcript-error";
+  transcriptError.setAttribute("role", "alert");
+  transcriptForm.append(transcriptLabel, transcriptInput, transcriptBtn);
+  transcriptBox.append(transcriptText, transcriptForm, transcriptError);
+  contactBox.after(transcriptBox);
+  let transcriptSent = null; // the conversation whose transcript was asked for
+
+  function updateTranscript() {
+    transcriptBox.hidden = !(state.status === "closed" && state.conversation && transcriptSent !== state.conversation);
+  }
+
+  transcriptForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const email = transcriptInput.value.trim();
+    if (!email || !transcriptInput.checkValidity()) {
+      transcriptError.textContent = T.contactInvalid;
+      return;
+    }
+    if (!state.conversation || !state.token) return;
+    transcriptError.textContent = "";
+    transcriptBtn.disabled = true;
+    const conversation = state.conversation;
+    fetch(new URL("/api/chat/transcript", SERVER).href, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Kefu-Conversation": conversation, "X-Kefu-Token": state.token },
+      body: JSON.stringify({ email }),
+      credentials: "omit",
+    })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then(() => {
+        transcriptSent = conversation;
+        transcriptInput.value = "";
+        addNotice(TRANSCRIPT_T.queued(email));
+        updateTranscript();
+      })
+      .catch(() => {
+        transcriptError.textContent = TRANSCRIPT_T.failed;
+      })
+      .finally(() => {
+        transcriptBtn.disabled = false;
+      });
   });
 
   // ---------------------------------------------------------------------------------------------

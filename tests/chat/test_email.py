@@ -320,3 +320,29 @@ def uuid_of(conversation: str) -> Any:
     import uuid
 
     return uuid.UUID(conversation)
+
+
+async def test_a_closed_conversations_transcript_is_emailed_on_request_once(make_client, make_agent, faq, client):
+    shopper, alice = await held_by_alice(make_client, make_agent)
+    await reply(alice, shopper.conversation, "Anything else?", "a1")
+    await alice.send({"type": "close", "conversation": shopper.conversation})
+    await shopper.until("status")
+
+    def ask(email: object, token: str | None = None) -> Any:
+        return client.post(
+            "/api/chat/transcript",
+            json.dumps({"email": email}),
+            content_type="application/json",
+            headers={"X-Kefu-Conversation": shopper.conversation, "X-Kefu-Token": token or shopper.token},
+        )
+
+    assert (await database_sync_to_async(ask)("mei@example.com", token="wrong")).status_code == 403
+    bad = await database_sync_to_async(ask)("not an address")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid"
+    first = await database_sync_to_async(ask)("mei@example.com")
+    assert first.status_code == 202 and first.json() == {"status": "queued"}
+    assert (await database_sync_to_async(ask)("mei@example.com")).json() == {"status": "already_queued"}
+    assert await due_now() == 1
+    (sent,) = outbox.outbox
+    assert sent.to == ["mei@example.com"] and sent.subject == "Your conversation with Lantern & Loom: the transcript"
+    assert "You:\ncan I talk to a human please" in sent.body and "Alice:\nAnything else?" in sent.body

@@ -116,23 +116,15 @@ def email_claim(email_id: int) -> int | None:
     """Claim row ``email_id`` for one attempt: returns the attempt's number (the claim's token,
     handed to :func:`email_send`), or None when someone else holds it or it is done. Blocking."""
     now = timezone.now()
-    with transaction.atomic():
-        row = (
-            OutgoingEmail.objects.select_for_update(skip_locked=True)
-            .filter(
-                Q(state=EmailState.PENDING, due_at__lte=now) | Q(state=EmailState.SENDING, claim_until__lt=now),
-                pk=email_id,
-            )
-            .values_list("attempts", flat=True)
-            .first()
-        )
-        if row is None:
-            return None
-        attempt = row + 1
-        OutgoingEmail.objects.filter(pk=email_id).update(
-            state=EmailState.SENDING, attempts=attempt, claim_until=now + timedelta(seconds=CLAIM_S)
-        )
-    return attempt
+    due = Q(state=EmailState.PENDING, due_at__lte=now) | Q(state=EmailState.SENDING, claim_until__lt=now)
+    attempts = OutgoingEmail.objects.filter(due, pk=email_id).values_list("attempts", flat=True).first()
+    if attempts is None:
+        return None
+    # Conditional on the attempts read: of two senders that read the same row, one update matches.
+    won = OutgoingEmail.objects.filter(due, pk=email_id, attempts=attempts).update(
+        state=EmailState.SENDING, attempts=attempts + 1, claim_until=now + timedelta(seconds=CLAIM_S)
+    )
+    return attempts + 1 if won else None
 
 
 def _finish(email_id: int, attempt: int, **fields: Any) -> bool:

@@ -38,7 +38,9 @@ async def until_type(ws: Any, kind: str) -> dict[str, Any]:
     return frame
 
 
-async def test_the_reply_to_a_shopper_who_closed_the_tab_lands_in_the_mail_directory(live_kefu, tmp_path):
+async def test_the_reply_to_a_shopper_who_closed_the_tab_lands_in_the_mail_directory(live_kefu, tmp_path, chromium):
+    from playwright.async_api import async_playwright, expect
+
     outbox = tmp_path / "mail"
     env = {
         "EMAIL_URL": f"filemail://{outbox}",
@@ -68,15 +70,29 @@ async def test_the_reply_to_a_shopper_who_closed_the_tab_lands_in_the_mail_direc
         async with asyncio.timeout(60):
             while not (files := sorted(outbox.glob("*.log"))):
                 await asyncio.sleep(0.2)
-    text = files[0].read_text()
-    assert "To: ada@example.com" in text and "It ships today." in text
-    assert f"X-Kefu-Conversation: {conv['id']}" in text and conv["token"] not in text
-    code = re.search(r"#kefu-resume=([\w-]+)", text).group(1)
-    status, body = post(kefu.base + "/api/chat/resume", {"code": code})
-    assert status == 200 and body["conversation"] == conv["id"]
-    async with websockets.connect(kefu.ws, origin=kefu.base) as again:
-        await again.send(json.dumps({"type": "hello", "conversation": body["conversation"], "token": body["token"]}))
-        assert (await recv(again))["id"] == conv["id"]
-        while (await recv(again)).get("text") != "It ships today.":  # the replay holds the reply
-            pass
-    assert post(kefu.base + "/api/chat/resume", {"code": code})[0] == 403
+        text = files[0].read_text()
+        assert "To: ada@example.com" in text and "It ships today." in text
+        assert f"X-Kefu-Conversation: {conv['id']}" in text and conv["token"] not in text
+        code = re.search(r"#kefu-resume=([\w-]+)", text).group(1)
+
+        # The link opens the widget on the conversation, in a browser that never held it.
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"], headless=True)
+            page = await browser.new_page()
+            await page.goto(f"{kefu.base}/#kefu-resume={code}")
+            await expect(page.locator("kefu-chat >> .kefu-msg--agent").last).to_contain_text("It ships today.")
+            assert "kefu-resume" not in page.url  # taken off the address bar
+            assert post(kefu.base + "/api/chat/resume", {"code": code})[0] == 403  # spent
+
+            # Closed, the widget offers the transcript by e-mail.
+            await console.send(json.dumps({"type": "close", "conversation": conv["id"]}))
+            await page.fill("kefu-chat >> #kefu-transcript-email", "ada@example.com")
+            await page.click("kefu-chat >> .kefu-transcript .kefu-contact__save")
+            await expect(page.locator("kefu-chat >> .kefu-notice").last).to_contain_text(
+                "on its way to ada@example.com"
+            )
+            await browser.close()
+    async with asyncio.timeout(30):
+        while not (transcript := [f for f in outbox.glob("*.log") if "the transcript" in f.read_text()]):
+            await asyncio.sleep(0.2)
+    assert "You:\nI want to talk to a person" in transcript[0].read_text()

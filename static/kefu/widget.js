@@ -1772,24 +1772,24 @@
       failed: "抱歉，对话记录发送失败，请重试。",
     },
   }[UI];
-  const transcriptBox = h("div", "kefu-contact kefu-transcript");
+  const transcriptBox = h("div", "kefu-transcript");
   transcriptBox.hidden = true;
-  const transcriptText = h("p", "kefu-contact__text", TRANSCRIPT_T.prompt);
+  const transcriptText = h("p", "kefu-transcript__text", TRANSCRIPT_T.prompt);
   transcriptText.id = "kefu-transcript-text";
-  const transcriptForm = h("form", "kefu-contact__form");
+  const transcriptForm = h("form", "kefu-transcript__form");
   transcriptForm.noValidate = true;
   const transcriptLabel = h("label", "kefu-sr", T.contactLabel);
   transcriptLabel.htmlFor = "kefu-transcript-email";
-  const transcriptInput = h("input", "kefu-contact__input");
+  const transcriptInput = h("input", "kefu-transcript__input");
   transcriptInput.id = "kefu-transcript-email";
   transcriptInput.type = "email";
   transcriptInput.autocomplete = "email";
   transcriptInput.maxLength = 254;
   transcriptInput.placeholder = "name@example.com";
   transcriptInput.setAttribute("aria-describedby", "kefu-transcript-text kefu-transcript-error");
-  const transcriptBtn = h("button", "kefu-contact__save", TRANSCRIPT_T.send);
+  const transcriptBtn = h("button", "kefu-transcript__save", TRANSCRIPT_T.send);
   transcriptBtn.type = "submit";
-  const transcriptError = h("p", "kefu-contact__error");
+  const transcriptError = h("p", "kefu-transcript__error");
   transcriptError.id = "kefu-transcript-error";
   transcriptError.setAttribute("role", "alert");
   transcriptForm.append(transcriptLabel, transcriptInput, transcriptBtn);

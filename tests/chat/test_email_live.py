@@ -87,7 +87,7 @@ async def test_the_reply_to_a_shopper_who_closed_the_tab_lands_in_the_mail_direc
             # Closed, the widget offers the transcript by e-mail.
             await console.send(json.dumps({"type": "close", "conversation": conv["id"]}))
             await page.fill("kefu-chat >> #kefu-transcript-email", "ada@example.com")
-            await page.click("kefu-chat >> .kefu-transcript .kefu-contact__save")
+            await page.click("kefu-chat >> .kefu-transcript__save")
             await expect(page.locator("kefu-chat >> .kefu-notice").last).to_contain_text(
                 "on its way to ada@example.com"
             )

@@ -20,6 +20,8 @@ import websockets
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_takeover_across_workers import agent_cookie, recv
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 pytestmark = pytest.mark.asyncio
 
 
@@ -95,3 +97,46 @@ async def test_the_reply_to_a_shopper_who_closed_the_tab_lands_in_the_mail_direc
         while not (transcript := [f for f in outbox.glob("*.log") if "the transcript" in f.read_text()]):
             await asyncio.sleep(0.2)
     assert "You:\nI want to talk to a person" in transcript[0].read_text()
+
+
+async def test_with_redis_a_celery_worker_sends_the_reply(live_kefu, private_redis, tmp_path):
+    from processes import celery_worker
+
+    outbox = tmp_path / "mail"
+    env = {
+        "REDIS_URL": private_redis.url,
+        "EMAIL_URL": f"filemail://{outbox}",
+        "KEFU_EMAIL_BURST_S": "1",
+        "KEFU_EMAIL_OFFLINE_S": "1",
+        "KEFU_AGENT_SWEEP_S": "0.5",
+    }
+    kefu = live_kefu(env=env)
+    worker = celery_worker({**kefu.env, **env}, tmp_path / "worker.log")
+    try:
+        cookie = agent_cookie(kefu.env)
+        async with websockets.connect(
+            kefu.ws.replace("/ws/chat/", "/ws/agent/"),
+            origin=kefu.base,
+            additional_headers={"Cookie": f"sessionid={cookie}"},
+        ) as console:
+            async with websockets.connect(kefu.ws, origin=kefu.base) as shopper:
+                await shopper.send(json.dumps({"type": "hello", "locale": "en"}))
+                conv = await recv(shopper)
+                await shopper.send(json.dumps({"type": "message", "client_id": "q1", "text": "I want a person"}))
+                await until_type(shopper, "status")
+                await shopper.send(json.dumps({"type": "contact", "email": "ada@example.com"}))
+                await until_type(shopper, "contact.saved")
+            await console.send(json.dumps({"type": "take_over", "conversation": conv["id"]}))
+            await console.send(
+                json.dumps(
+                    {"type": "message", "conversation": conv["id"], "client_id": "a1", "text": "Sent by Celery."}
+                )
+            )
+            async with asyncio.timeout(60):
+                while not (files := sorted(outbox.glob("*.log"))):
+                    await asyncio.sleep(0.2)
+        assert "Sent by Celery." in files[0].read_text() and len(files) == 1
+        assert "chat.tasks.send_email" in (tmp_path / "worker.log").read_text()  # the worker sent it
+    finally:
+        worker.terminate()
+        worker.wait(20)

@@ -44,6 +44,20 @@ BOT_TOLD_MAX = 5
 SNIPPET = 140
 
 
+def no_agent_notice(*, conversation_id: uuid.UUID, locale: str) -> str | None:
+    """The stored notice of a handoff when no agent is online (None when one is: hours never
+    hide a person who is there): outside opening hours, when the team is back in the shopper's
+    time zone and language (``availability.closed_notice``); else :data:`NO_AGENT_NOTICE`. Blocking."""
+    if presence.agents_online() > 0:
+        return None
+    if availability.hours() is not None:
+        zone = Conversation.objects.filter(pk=conversation_id).values_list("time_zone", flat=True).first() or ""
+        closed = availability.closed_notice(locale=locale, time_zone=zone)
+        if closed is not None:
+            return closed
+    return NO_AGENT_NOTICE.get(locale, NO_AGENT_NOTICE["en"])
+
+
 def _snippet(text: str, n: int = SNIPPET) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -108,7 +122,7 @@ def _escalate(
     *, conversation_id: uuid.UUID, message: Message, route: str, reason: str, locale: str
 ) -> services.Escalation:
     packet = build_packet(conversation_id=conversation_id, message=message, route=route, reason=reason)
-    notice = None if presence.agents_online() > 0 else NO_AGENT_NOTICE.get(locale, NO_AGENT_NOTICE["en"])
+    notice = no_agent_notice(conversation_id=conversation_id, locale=locale)
     return services.conversation_escalate(
         conversation_id=conversation_id, reason=reason, packet=packet, no_agent_notice=notice
     )
@@ -142,7 +156,7 @@ def _asked_by_button(*, conversation_id: uuid.UUID, locale: str) -> services.Esc
         latest = Message(conversation_id=conversation_id, seq=0, role=Role.SHOPPER, text="")
     packet = build_packet(conversation_id=conversation_id, message=latest, route="handoff", reason=reason)
     packet.update(rule="asked_for_person", via="button")
-    notice = None if presence.agents_online() > 0 else NO_AGENT_NOTICE.get(locale, NO_AGENT_NOTICE["en"])
+    notice = no_agent_notice(conversation_id=conversation_id, locale=locale)
     return services.conversation_escalate(
         conversation_id=conversation_id, reason=reason, packet=packet, no_agent_notice=notice
     )

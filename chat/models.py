@@ -74,6 +74,9 @@ class Conversation(models.Model):
     # When an agent last took it over from the queue: the queue's recent take-over rate, which
     # estimates a waiting shopper's wait (chat.availability).
     queue_taken_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # When that conversation had entered the queue (its ``waiting_since`` then): the wait it had,
+    # ``queue_taken_at - queue_waited_from``, caps the waits promised to others (chat.availability).
+    queue_waited_from = models.DateTimeField(null=True, blank=True)
     # An address the shopper left (the widget offers the form while no agent is online), for an
     # agent to reply to later; shown in the console. "" when none.
     contact_email = models.EmailField(max_length=254, blank=True)
@@ -420,3 +423,62 @@ class Attachment(models.Model):
     def meta(self) -> dict[str, Any]:
         """What a message keeps of it: ``{"id", "name", "content_type", "size"}``."""
         return {"id": self.id, "name": self.name, "content_type": self.content_type, "size": self.size}
+
+
+class EmailKind(models.TextChoices):
+    REPLY = "reply", _("Reply to a shopper")
+    TRANSCRIPT = "transcript", _("Transcript")
+    DIGEST = "digest", _("Agents' digest")
+
+
+class EmailState(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    SENDING = "sending", _("Sending")
+    SENT = "sent", _("Sent")
+    SKIPPED = "skipped", _("Not needed")
+    FAILED = "failed", _("Failed")
+
+
+class OutgoingEmail(models.Model):
+    """One e-mail kefu owes someone (``chat.mail``): a burst of agent replies to a shopper who
+    left, a transcript asked for, or the agents' digest. ``key`` is unique (``reply:<conv>:<first
+    seq>``, ``transcript:<conv>:<seq>``, ``digest:<interval start>``), so a retry or a second
+    worker never makes a second row; a row is sent by whoever claims it (``state`` ``sending``
+    with ``claim_until``), so it leaves once. ``message_id`` is its stable ``Message-ID``."""
+
+    key = models.CharField(max_length=120, unique=True)
+    kind = models.CharField(max_length=12, choices=EmailKind.choices)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.CASCADE, related_name="emails"
+    )
+    # The agent messages a reply e-mail carries: seqs first_seq..last_seq (0 for other kinds).
+    first_seq = models.PositiveIntegerField(default=0)
+    last_seq = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=8, choices=EmailState.choices, default=EmailState.PENDING)
+    due_at = models.DateTimeField()
+    claim_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    message_id = models.CharField(max_length=200, blank=True)
+    # Why the last attempt failed (the server's answer, no address), for ops.
+    error = models.CharField(max_length=300, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            # The sweep reads the rows due (chat.mail.due_emails): the pending and sending rows only.
+            models.Index(fields=["due_at"], condition=models.Q(state__in=["pending", "sending"]), name="email_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"
+
+
+class ResumeCode(models.Model):
+    """A single-use code of a resume link (``chat.mail``): the widget exchanges it for its
+    conversation once, before ``expires_at``. Only its SHA-256 is stored, like a token."""
+
+    code_hash = models.CharField(max_length=64, primary_key=True)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    expires_at = models.DateTimeField(db_index=True)
+    used_at = models.DateTimeField(null=True, blank=True)

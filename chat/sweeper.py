@@ -27,9 +27,10 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 
+from lib.background import Background
 from routing import services as router
 
-from . import answering, availability, events, services, streams
+from . import answering, availability, events, services, shopper_presence, streams, tasks
 from .models import ConversationStatus
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,23 @@ async def answer_orphaned_claims() -> int:
     return taken
 
 
+_mail_work = Background("sending the e-mails due")
+
+
+def emails_sweep() -> None:
+    """Mark the shoppers with a socket open here as seen (``chat.shopper_presence``) and send the
+    e-mails due (``chat.tasks.dispatch_due_emails``), in a worker thread nothing waits for; a
+    sweep while the last one still runs does nothing. Returns at once."""
+    if _mail_work.busy():
+        return
+
+    def run() -> None:
+        shopper_presence.refresh()
+        tasks.dispatch_due_emails()
+
+    _mail_work.start(run)
+
+
 _sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
 
 
@@ -190,6 +208,7 @@ async def _sweep() -> None:
             await announce_queue()
         except Exception:  # the task's edge, as above
             log.exception("telling waiting shoppers their place in the queue failed")
+        emails_sweep()
 
 
 async def stop_sweeper() -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import uuid
 
 from celery import shared_task
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from lib.background import Background
 from routing import services as router
 
+from . import mail
 from .identity import used_tokens_purge
 from .retention import conversations_purge
 from .summary import conversation_summarise, summary_work
@@ -88,3 +89,40 @@ async def maybe_summarise_async(*, conversation_id: uuid.UUID) -> None:
 async def drain() -> None:
     """Wait until every summary handed off by :func:`maybe_summarise_async` on this loop has ended."""
     await _background.drain()
+
+
+@shared_task(
+    name="chat.tasks.send_email",
+    ignore_result=True,
+    autoretry_for=(DatabaseError,),
+    retry_backoff=5,
+    max_retries=5,
+)
+def send_email(email_id: int, attempt: int) -> str:
+    """Send e-mail row ``email_id`` under its claim ``attempt`` (``chat.mail.email_send``);
+    returns the outcome (``sent``, ``retry``, ``failed``, ``deferred``, ``skipped``, ``lost``).
+    A database error is retried by Celery (same claim); a refused send is retried by the row
+    itself (``chat.mail``), so a retry never sends twice."""
+    return mail.email_send(int(email_id), int(attempt)).outcome
+
+
+def dispatch_due_emails() -> int:
+    """Owe the agents' digest when it is due (``chat.mail.digest_owed``), then claim every
+    e-mail row due (``chat.mail.due_emails``) and hand each to
+    :func:`send_email` (a Celery worker with ``REDIS_URL``; eager, here, otherwise). Returns how
+    many this call claimed. Blocking: the sweeper runs it in a worker thread, never on the loop."""
+    claimed = 0
+    mail.digest_owed()
+    for email_id in mail.due_emails():
+        attempt = mail.email_claim(email_id)
+        if attempt is not None:
+            claimed += 1
+            send_email.delay(email_id, attempt)
+    return claimed
+
+
+@shared_task(name="chat.tasks.send_due_emails", ignore_result=True)
+def send_due_emails() -> int:
+    """On the beat schedule (every 10 s): :func:`dispatch_due_emails`, for when no web process
+    sweeps (every process's sweeper does the same, ``chat.sweeper``)."""
+    return dispatch_due_emails()

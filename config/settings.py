@@ -17,6 +17,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from lib import business_hours
 from lib.redis_conn import LAYER_SOCKET_TIMEOUT_S, redis_options
 from lib.settings_env import env
 from lib.text import DEFAULT_LANGUAGES, DEFAULT_MIN_CONFIDENCE
@@ -206,6 +207,8 @@ CELERY_BEAT_SCHEDULE = {
     "ops-rollup-recent": {"task": "ops.tasks.rollup", "schedule": 300.0, "kwargs": {"late": False}},
     "ops-rollup-late": {"task": "ops.tasks.rollup", "schedule": 24 * 3600.0, "kwargs": {"late": True}},
     "ops-queue-sample": {"task": "ops.tasks.sample_queue", "schedule": 60.0},
+    # E-mails due (chat.mail): replies to shoppers who left, within 60 s; each row is sent once.
+    "send-due-emails": {"task": "chat.tasks.send_due_emails", "schedule": 10.0},
 }
 # Ops' rollups: whole hours re-rolled by each 5-minute run (late ledger rows and ratings within
 # them are caught) and by the daily run.
@@ -435,6 +438,53 @@ if KEFU_IDENTITY_SECRET and len(KEFU_IDENTITY_SECRET) < 32:
     )
 KEFU_IDENTITY_MAX_AGE_S = env.int("KEFU_IDENTITY_MAX_AGE_S", default=3600)
 KEFU_IDENTITY_LEEWAY_S = env.int("KEFU_IDENTITY_LEEWAY_S", default=60)
+
+# --- E-mail (chat.mail, docs/email.md): EMAIL_URL in django-environ's form (smtp+tls://user:pw@host:587,
+# consolemail://, filemail:///absolute/dir); the console backend by default (e-mails go to the log).
+# A malformed URL stops the start naming the variable (lib.settings_env.email_url).
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
+EMAIL_PORT = _email.get("EMAIL_PORT") or 25
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = bool(_email.get("EMAIL_USE_TLS", False))
+EMAIL_USE_SSL = bool(_email.get("EMAIL_USE_SSL", False))
+EMAIL_TIMEOUT = 20
+if _email.get("EMAIL_FILE_PATH"):
+    EMAIL_FILE_PATH = _email["EMAIL_FILE_PATH"]
+KEFU_EMAIL_FROM = env.str("KEFU_EMAIL_FROM", default="kefu <kefu@localhost>")
+DEFAULT_FROM_EMAIL = SERVER_EMAIL = KEFU_EMAIL_FROM
+# Where the resume link of an e-mailed reply opens the widget: the store's page (the widget reads
+# its #kefu-resume=CODE); default kefu's own storefront at HOST:PORT.
+KEFU_RESUME_URL = env.str(
+    "KEFU_RESUME_URL",
+    default=f"http://{env.str('HOST', default='127.0.0.1')}:{env.str('PORT', default='8000')}/",
+)
+KEFU_RESUME_CODE_TTL_S = env.int("KEFU_RESUME_CODE_TTL_S", default=7 * 24 * 3600)
+# An agent's reply waits this long for the rest of its burst; the shopper must have had no socket
+# open for KEFU_EMAIL_OFFLINE_S. Both keep the e-mail within 60 s of the reply (sweep: KEFU_AGENT_SWEEP_S).
+KEFU_EMAIL_BURST_S = env.float("KEFU_EMAIL_BURST_S", default=40.0)
+KEFU_EMAIL_OFFLINE_S = env.float("KEFU_EMAIL_OFFLINE_S", default=30.0)
+KEFU_EMAIL_MAX_ATTEMPTS = env.int("KEFU_EMAIL_MAX_ATTEMPTS", default=5)
+# Replies by e-mail (chat.inbound): the Reply-To of reply e-mails (tagged per conversation), and
+# the Mailgun webhook signing key that checks what the inbound webhook receives (both empty: off).
+KEFU_EMAIL_REPLY_TO = env.str("KEFU_EMAIL_REPLY_TO", default="")
+KEFU_MAILGUN_WEBHOOK_SIGNING_KEY = env.str("KEFU_MAILGUN_WEBHOOK_SIGNING_KEY", default="")
+# Agents' digest: conversations waiting longer than this with no agent online are e-mailed to the
+# agents (staff with an address), one digest per this many seconds at most (0: no digest).
+KEFU_DIGEST_AFTER_S = env.float("KEFU_DIGEST_AFTER_S", default=900.0)
+if KEFU_EMAIL_BURST_S < 0 or KEFU_EMAIL_OFFLINE_S < 0 or KEFU_EMAIL_MAX_ATTEMPTS < 1:
+    raise ImproperlyConfigured(
+        "KEFU_EMAIL_BURST_S and KEFU_EMAIL_OFFLINE_S must be 0 or more and KEFU_EMAIL_MAX_ATTEMPTS 1 or more"
+    )
+
+# --- Opening hours (lib.business_hours, docs/configuration.md#opening-hours): unset = always open.
+KEFU_BUSINESS_HOURS = env.json_object("KEFU_BUSINESS_HOURS", default={})
+try:
+    business_hours.parse(KEFU_BUSINESS_HOURS)
+except ValueError as _e:
+    raise ImproperlyConfigured(f"KEFU_BUSINESS_HOURS: {_e}") from None
 
 # --- Ops: /metrics needs "Authorization: Bearer <token>" when set (docs/ops.md).
 KEFU_METRICS_TOKEN = env.str("KEFU_METRICS_TOKEN", default="")

@@ -3,7 +3,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import path
 from django.views.i18n import JavaScriptCatalog, set_language
 
-from chat import attachment_views, context_views, views
+from chat import attachment_views, context_views, mail_views, views
 from ops import candidates_views
 from ops import views as ops_views
 from routing import views as canary_views
@@ -19,6 +19,11 @@ urlpatterns = [
     path("api/chat/attachments/<str:signed>", attachment_views.attachment_serve, name="attachment-serve"),
     # OpenAI-compatible gateway (docs/routing.md, "Gateway"): base URL http://HOST/v1 for any OpenAI client.
     path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat-completions"),
+    # The widget's exchange of an e-mail's resume code (docs/email.md).
+    path("api/chat/resume", mail_views.resume, name="chat-resume"),
+    path("api/chat/transcript", mail_views.transcript, name="chat-transcript"),
+    # A shopper's e-mailed reply, from Mailgun's inbound route (docs/email.md).
+    path("api/email/inbound/mailgun", mail_views.mailgun_inbound, name="email-inbound-mailgun"),
     # Agent console (docs/console.md); its WebSocket is /ws/agent/ (chat/routing.py).
     path("console/", views.console, name="console"),
     path("console/conversations/<uuid:conversation_id>/", views.console_transcript, name="console-transcript"),

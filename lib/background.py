@@ -42,6 +42,11 @@ class Background:
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
 
+    def busy(self) -> bool:
+        """Whether work started on the running loop has not ended yet."""
+        loop = asyncio.get_running_loop()
+        return any(f.get_loop() is loop and not f.done() for f in self._pending)
+
     async def drain(self) -> None:
         """Wait until every piece of work started on this loop has ended."""
         loop = asyncio.get_running_loop()

@@ -15,6 +15,7 @@ import builtins
 import os
 import threading
 from typing import Any, overload
+from urllib.parse import unquote, urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -24,7 +25,7 @@ _NOT_SET: Any = environ.Env.NOTSET
 
 class RecordingEnv:
     """``environ.Env``'s typed readers (``str``, ``bool``, ``int``, ``float``, ``list``, ``json``,
-    ``db_url``) and :meth:`raw`, each recording the name it was asked for (whether set or not).
+    ``db_url``, ``email_url``) and :meth:`raw`, each recording the name it was asked for (whether set or not).
 
     Raises ``ImproperlyConfigured`` (naming the variable and its value) when a value does not
     cast, or when a variable without a default is unset.
@@ -95,6 +96,40 @@ class RecordingEnv:
         if not isinstance(value, dict):
             raise ImproperlyConfigured(f"environment variable {name}={os.environ.get(name)!r} must be a JSON object")
         return value
+
+    def email_url(self, name: builtins.str, default: builtins.str) -> dict[builtins.str, Any]:
+        """An e-mail URL in django-environ's form (``smtp+tls://user:pw@host:587``,
+        ``consolemail://``, ``filemail:///absolute/dir``, ``memorymail://``...) as Django's
+        ``EMAIL_*`` settings (``EMAIL_BACKEND``, ``EMAIL_HOST``, ``EMAIL_FILE_PATH``...).
+
+        Raises ``ImproperlyConfigured`` naming the variable (its value with any password masked)
+        when the scheme is unknown, the port is not a number, an SMTP URL has no host or a
+        ``filemail`` URL no absolute directory."""
+        self._record(name)
+        raw = os.environ.get(name) or default
+        parts = urlsplit(raw)
+        shown = raw.replace(f":{parts.password}@", ":***@") if parts.password else raw
+
+        def bad(why: builtins.str) -> ImproperlyConfigured:
+            return ImproperlyConfigured(
+                f"environment variable {name}={shown!r} is not an e-mail URL: {why} "
+                "(use e.g. smtp+tls://user:password@host:587, consolemail:// or filemail:///absolute/dir)"
+            )
+
+        try:
+            config: dict[builtins.str, Any] = environ.Env.email_url_config(raw)
+        except (ValueError, TypeError, environ.ImproperlyConfigured) as e:
+            raise bad(builtins.str(e)) from None
+        backend = config.get("EMAIL_BACKEND", "")
+        if backend.endswith("filebased.EmailBackend"):
+            # django-environ drops the leading "/" of filemail:///dir; the directory is the path as written.
+            path = unquote(parts.path)
+            if parts.netloc or not path.startswith("/"):
+                raise bad("filemail needs an absolute directory, three slashes: filemail:///var/mail/kefu")
+            config["EMAIL_FILE_PATH"] = path
+        elif backend.endswith("smtp.EmailBackend") and not config.get("EMAIL_HOST"):
+            raise bad("an SMTP URL needs a host")
+        return config
 
     def db_url(self, name: builtins.str, default: Any = _NOT_SET) -> Any:
         """A database URL as Django's ``DATABASES`` entry (django-environ's ``db_url``)."""

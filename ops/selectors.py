@@ -36,6 +36,7 @@ from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from cache_layer.audit import COUNTED, FALSE_HITS, wilson_interval
+from chat.mail import email_counts
 from chat.models import Conversation, ConversationStatus, Message, Role
 from routing.models import BudgetCounter, Outcome, Purpose, UpstreamCall, Variant
 from routing.upstream.breaker import BREAKER_FAILURES
@@ -105,6 +106,7 @@ def summary(
          "upstream": {"calls", "by_outcome": {outcome: n}, "failure_rate", "stopped",
                       "budget_skips", "ttft_ms": {tier: {"p50", "p95", "p99"}}},
          "handoffs": {"answers", "waiting_now", "with_agent_now"},
+         "emails": {"sent", "refused", "given_up"} (chat.mail.email_counts),
          "budgets": see :func:`budgets_now`,
          "source": {"rolled_hours", "raw_ranges"}}
 
@@ -189,6 +191,8 @@ def summary(
             "ttft_ms": {tier: _ttft(total.tier_ttft.get(tier) or Hist()) for tier in sorted(cost_by_tier)},
         },
         "handoffs": {"answers": counts.get("handoff", 0), "waiting_now": waiting, "with_agent_now": with_agent},
+        # E-mails owed in the window: sent, refused by the server (retried or given up; chat.mail).
+        "emails": email_counts(start=start, end=end),
         # Conversations started in the window, resolved or not (chat.outcomes: strict, confirmed
         # and assumed apart, open until their recontact window passed); CSAT scores.
         "outcomes": window_outcomes(start, end, use_rollups=use_rollups).summary(timezone.now()),

@@ -181,3 +181,23 @@ def test_a_json_setting_that_is_not_an_object_or_a_prompt_budget_below_one_is_re
     result = check(KEFU_MEDIUM_CONTEXT_TOKENS="0")
     assert result.returncode != 0
     assert "KEFU_MEDIUM_CONTEXT_TOKENS=0 must be a positive number of tokens" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("smtp://user:secret@mail.example:notaport", "EMAIL_URL='smtp://user:***@mail.example:notaport'"),
+        ("mail.example:587", "EMAIL_URL='mail.example:587' is not an e-mail URL"),
+        ("filemail://relative/dir", "filemail needs an absolute directory"),
+    ],
+)
+def test_a_malformed_email_url_stops_the_start_and_names_the_variable(url, says):
+    result = check(EMAIL_URL=url)
+    assert result.returncode != 0
+    assert says in result.stderr and "secret" not in result.stderr
+
+
+def test_bad_opening_hours_stop_the_start_and_name_the_key():
+    result = check(KEFU_BUSINESS_HOURS='{"tz": "Europe/Berlin", "mon": ["17:00-09:00"]}')
+    assert result.returncode != 0
+    assert "KEFU_BUSINESS_HOURS: mon: '17:00-09:00' ends before it starts" in result.stderr

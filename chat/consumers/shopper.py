@@ -31,6 +31,7 @@ from .. import (
     limits,
     selectors,
     services,
+    shopper_presence,
     shutdown,
     streams,
 )
@@ -57,6 +58,7 @@ _replay_gates: PerLoop[asyncio.Semaphore] = PerLoop(lambda: asyncio.Semaphore(1)
 class ShopperConsumer(FrameSocket):
     conversation_id: uuid.UUID | None = None
     counted = False  # holds a slot in the per-address socket count
+    present: uuid.UUID | None = None  # the conversation this socket shows (chat.shopper_presence)
 
     async def connect(self) -> None:
         client = self.scope.get("client") or ("unknown", 0)
@@ -83,6 +85,9 @@ class ShopperConsumer(FrameSocket):
             limits.socket_close(self.address)
             metrics.OPEN_SOCKETS.labels("shopper").dec()
             self.counted = False
+        if self.present is not None:  # seen until now (chat.shopper_presence): no e-mail of what it showed
+            present, self.present = self.present, None
+            await shopper_presence.socket_left(present)
         for group in list(getattr(self, "groups_joined", ())):
             await self.leave(group)
 
@@ -210,6 +215,8 @@ class ShopperConsumer(FrameSocket):
             await self.close(code=CLOSE_TRY_AGAIN)
             return
         self.conversation_id = conv.id
+        self.present = conv.id
+        await shopper_presence.socket_joined(conv.id)
         self.locale = conv.locale
         told = await database_sync_to_async(availability.of_conversation)(conv.id)
         await self._send(

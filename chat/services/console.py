@@ -20,7 +20,7 @@ from django.utils import timezone
 from lib.search_terms import index_terms
 from routing import services as router
 
-from .. import presence
+from .. import mail, presence
 from ..errors import NotAgent, NotCached, NotFound, NotOwner
 from ..models import Conversation, ConversationStatus, InternalNote, Message, Role
 from ..selectors import user_is_agent
@@ -113,6 +113,11 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
                 agent=agent,
                 agent_name=name,
                 owner_epoch=F("owner_epoch") + 1,
+                # The wait it had (SQL reads every SET's right side before the row changes).
+                queue_waited_from=Case(
+                    When(status=ConversationStatus.WAITING_AGENT, then=F("waiting_since")),
+                    default=F("queue_waited_from"),
+                ),
                 waiting_since=None,
                 # Taken from the queue: counts in the take-over rate that estimates waits.
                 queue_taken_at=Case(
@@ -198,7 +203,11 @@ def agent_message_send(
                 seq, _answered, status = next_seq(conversation_id)[:3]
             except Conversation.DoesNotExist:
                 raise NotFound(str(conversation_id)) from None
-            owner = Conversation.objects.filter(pk=conversation_id).values_list("agent_id", "agent_name").get()
+            owner = (
+                Conversation.objects.filter(pk=conversation_id)
+                .values_list("agent_id", "agent_name", "contact_email", "customer_email")
+                .get()
+            )
             if status != ConversationStatus.AGENT or owner[0] != agent.pk:
                 transaction.set_rollback(True)
                 raise NotOwner(owner=owner[1] if status == ConversationStatus.AGENT else "", status=status)
@@ -219,6 +228,8 @@ def agent_message_send(
             )
             if files:
                 attachments_link(ids=[f["id"] for f in files], message_id=msg.pk)
+            if owner[2] or owner[3]:  # the shopper left an address: e-mailed if they are gone (chat.mail)
+                mail.reply_owed(conversation_id=conversation_id, seq=seq)
     except IntegrityError:
         # The same client_id raced in through another socket or worker a moment ago.
         return Received(Message.objects.get(conversation_id=conversation_id, client_id=client_id), False, False)

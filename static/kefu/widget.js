@@ -993,7 +993,54 @@
   // ---------------------------------------------------------------------------------------------
   // Header: conversation status and connection state
   function waitText(a) {
-    return a && typeof a.expected_wait_s === "number" ? T.minutes(a.expected_wait_s) : "";
+    if (a && typeof a.expected_wait_s === "number") return T.minutes(a.expected_wait_s);
+    return a && a.agents_online > 0 ? AWAY_T.waitUnknown : "";
+  }
+
+  // Opening hours and an unknown wait (docs/widget.md, availability `open` / `opens_at`): outside
+  // the store's hours with nobody online, the header says when the team is back, in the
+  // shopper's own time zone and language, and the e-mail form is offered.
+  const AWAY_T = {
+    en: {
+      closedUntil: (when) => `We're closed · back ${when}`,
+      closed: "We're closed right now",
+      waitUnknown: "we'll reply here or by e-mail",
+    },
+    zh: {
+      closedUntil: (when) => `当前非营业时间 · ${when} 回来`,
+      closed: "当前非营业时间",
+      waitUnknown: "我们会在这里或通过邮件回复您",
+    },
+  }[UI];
+
+  function awayNow(a) {
+    return !!a && a.open === false && a.agents_online === 0;
+  }
+
+  function backText(iso) {
+    const when = new Date(iso);
+    if (Number.isNaN(when.getTime())) return "";
+    try {
+      return new Intl.DateTimeFormat(UI === "zh" ? "zh-CN" : "en", {
+        weekday: "short",
+        month: "short",
+        day: "numeric",
+        hour: "2-digit",
+        minute: "2-digit",
+      }).format(when);
+    } catch (_) {
+      return when.toLocaleString();
+    }
+  }
+
+  function hoursSubtitle(a) {
+    if (!awayNow(a) || state.status === "agent" || state.status === "closed" || state.conn !== "online") return "";
+    const when = typeof a.opens_at === "string" ? backText(a.opens_at) : "";
+    return when ? AWAY_T.closedUntil(when) : AWAY_T.closed;
+  }
+
+  function offerEmailAway(a) {
+    return awayNow(a) && !a.contact_saved && state.status !== "agent" && state.status !== "closed";
   }
 
   function updateHeader() {
@@ -1015,13 +1062,15 @@
     else if (state.status === "closed") text = T.subtitleClosed;
     else if (state.status === "bot") text = T.subtitleBot;
     else text = T.subtitleIdle;
-    subtitleText.textContent = text;
+    subtitleText.textContent = hoursSubtitle(a) || text;
     updateContact();
+    updateTranscript();
   }
 
   function updateContact() {
     const a = state.avail;
-    const offer = state.status === "waiting_agent" && !!a && a.agents_online === 0 && !a.contact_saved;
+    const offer =
+      (state.status === "waiting_agent" && !!a && a.agents_online === 0 && !a.contact_saved) || offerEmailAway(a);
     contactBox.hidden = !offer;
     contactBtn.disabled = state.contactPending !== null || !state.ready;
   }
@@ -1033,6 +1082,8 @@
       queue_position: typeof a.queue_position === "number" ? a.queue_position : null,
       expected_wait_s: typeof a.expected_wait_s === "number" ? a.expected_wait_s : null,
       contact_saved: !!a.contact_saved,
+      open: typeof a.open === "boolean" ? a.open : null,
+      opens_at: typeof a.opens_at === "string" ? a.opens_at : null,
     };
     updateHeader();
   }
@@ -1876,6 +1927,132 @@
   });
 
   // ---------------------------------------------------------------------------------------------
+  // The transcript on request (docs/email.md): once the conversation is closed, a form sends it
+  // by e-mail (POST /api/chat/transcript with the conversation's id and token in headers).
+  const TRANSCRIPT_T = {
+    en: {
+      prompt: "Want a copy of this conversation? We'll e-mail you the transcript:",
+      send: "E-mail it",
+      queued: (email) => `The transcript is on its way to ${email}.`,
+      failed: "Sorry, the transcript could not be sent. Please try again.",
+    },
+    zh: {
+      prompt: "需要这段对话的副本吗？我们可以把对话记录发到您的邮箱：",
+      send: "发送到邮箱",
+      queued: (email) => `对话记录正在发送到 ${email}。`,
+      failed: "抱歉，对话记录发送失败，请重试。",
+    },
+  }[UI];
+  const transcriptBox = h("div", "kefu-transcript");
+  transcriptBox.hidden = true;
+  const transcriptText = h("p", "kefu-transcript__text", TRANSCRIPT_T.prompt);
+  transcriptText.id = "kefu-transcript-text";
+  const transcriptForm = h("form", "kefu-transcript__form");
+  transcriptForm.noValidate = true;
+  const transcriptLabel = h("label", "kefu-sr", T.contactLabel);
+  transcriptLabel.htmlFor = "kefu-transcript-email";
+  const transcriptInput = h("input", "kefu-transcript__input");
+  transcriptInput.id = "kefu-transcript-email";
+  transcriptInput.type = "email";
+  transcriptInput.autocomplete = "email";
+  transcriptInput.maxLength = 254;
+  transcriptInput.placeholder = "name@example.com";
+  transcriptInput.setAttribute("aria-describedby", "kefu-transcript-text kefu-transcript-error");
+  const transcriptBtn = h("button", "kefu-transcript__save", TRANSCRIPT_T.send);
+  transcriptBtn.type = "submit";
+  const transcriptError = h("p", "kefu-transcript__error");
+  transcriptError.id = "kefu-transcript-error";
+  transcriptError.setAttribute("role", "alert");
+  transcriptForm.append(transcriptLabel, transcriptInput, transcriptBtn);
+  transcriptBox.append(transcriptText, transcriptForm, transcriptError);
+  contactBox.after(transcriptBox);
+  let transcriptSent = null; // the conversation whose transcript was asked for
+
+  function updateTranscript() {
+    transcriptBox.hidden = !(state.status === "closed" && state.conversation && transcriptSent !== state.conversation);
+  }
+
+  transcriptForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const email = transcriptInput.value.trim();
+    if (!email || !transcriptInput.checkValidity()) {
+      transcriptError.textContent = T.contactInvalid;
+      return;
+    }
+    if (!state.conversation || !state.token) return;
+    transcriptError.textContent = "";
+    transcriptBtn.disabled = true;
+    const conversation = state.conversation;
+    fetch(new URL("/api/chat/transcript", SERVER).href, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Kefu-Conversation": conversation, "X-Kefu-Token": state.token },
+      body: JSON.stringify({ email }),
+      credentials: "omit",
+    })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then(() => {
+        transcriptSent = conversation;
+        transcriptInput.value = "";
+        addNotice(TRANSCRIPT_T.queued(email));
+        updateTranscript();
+      })
+      .catch(() => {
+        transcriptError.textContent = TRANSCRIPT_T.failed;
+      })
+      .finally(() => {
+        transcriptBtn.disabled = false;
+      });
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // Resuming from an e-mail (docs/email.md): the link of an e-mailed reply opens this page with
+  // #kefu-resume=CODE. The code is taken off the address bar at once, exchanged once
+  // (POST /api/chat/resume) for the conversation and a token, and the chat opens on it.
+  const RESUME_T = {
+    en: { expired: "This link was already used or has expired. You can still write to us here." },
+    zh: { expired: "此链接已使用或已过期。您仍可以在这里给我们留言。" },
+  }[UI];
+
+  function resumeCodeFromLink() {
+    const match = /(?:^#|&)kefu-resume=([\w-]{8,100})/.exec(window.location.hash || "");
+    if (!match) return null;
+    try {
+      const rest = window.location.hash.replace(match[0], "").replace(/^#&?/, "");
+      const url = window.location.pathname + window.location.search + (rest ? "#" + rest : "");
+      window.history.replaceState(window.history.state, "", url);
+    } catch (_) {
+      // a sandboxed frame: the code stays in the address bar, and is spent anyway
+    }
+    return match[1];
+  }
+
+  function resumeFromLink() {
+    const code = resumeCodeFromLink();
+    if (!code) return false;
+    fetch(new URL("/api/chat/resume", SERVER).href, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ code }),
+      credentials: "omit",
+    })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then((body) => {
+        if (state.ws) state.ws.close();
+        state.ws = null;
+        if (state.conversation !== String(body.conversation)) clearConversationView();
+        state.conversation = String(body.conversation);
+        state.token = String(body.token);
+        storage.set("conversation", { id: state.conversation, token: state.token });
+        open();
+      })
+      .catch(() => {
+        open();
+        addNotice(RESUME_T.expired);
+      });
+    return true;
+  }
+
+  // ---------------------------------------------------------------------------------------------
   // Start
   function mount() {
     document.body.appendChild(host);
@@ -1883,6 +2060,7 @@
     updateUnread();
     updateComposer();
     for (const item of outbox) showPending(item.client_id, item.text, item.attachments);
+    if (resumeFromLink()) return;
     if (script.dataset.open === "true") open();
     else if (state.conversation || outbox.length) connect(); // resume: agent replies, unread badge
   }

@@ -42,7 +42,12 @@ def taken_from_queue(n: int, *, minutes_ago: float) -> None:
     """``n`` earlier conversations an agent took from the queue ``minutes_ago``."""
     when = timezone.now() - timedelta(minutes=minutes_ago)
     for _ in range(n):
-        Conversation.objects.create(token_hash="x" * 64, status=ConversationStatus.CLOSED, queue_taken_at=when)
+        Conversation.objects.create(
+            token_hash="x" * 64,
+            status=ConversationStatus.CLOSED,
+            queue_taken_at=when,
+            queue_waited_from=when - timedelta(minutes=30),  # each had waited 30 min (the cap, issue 34)
+        )
 
 
 async def test_a_new_conversation_is_told_who_is_online(make_client, make_agent, faq):

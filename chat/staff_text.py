@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, ngettext
+from django.utils.translation import gettext_lazy
 from django.utils.translation.trans_real import parse_accept_lang_header
 
 #: Reasons stored as they are, and their translation.
@@ -81,11 +81,8 @@ def summary_text(facts: dict[str, Any]) -> str:
     """The handoff packet's summary in the active language, from its ``facts`` (``{"shopper":
     int, "bot": int, "first": str, "latest": str, "routes": [str]}``, chat.handoff.build_packet)."""
     shopper, bot = int(facts.get("shopper", 0)), int(facts.get("bot", 0))
-    lines = [
-        ngettext("%(n)d shopper message", "%(n)d shopper messages", shopper) % {"n": shopper}
-        + ", "
-        + ngettext("%(n)d bot answer.", "%(n)d bot answers.", bot) % {"n": bot}
-    ]
+    # The English words are the stored summary's (chat.handoff.build_packet), letter for letter.
+    lines = [_("%(shopper)d shopper message(s), %(bot)d bot answer(s).") % {"shopper": shopper, "bot": bot}]
     if facts.get("first"):
         lines.append(_("First asked: “%(text)s”") % {"text": facts["first"]})
     if facts.get("latest"):

@@ -200,8 +200,8 @@
         }
         if (f.request_id && state.orderReqs.has(f.request_id)) return orderFailed(f);
         if (f.request_id && f.request_id === state.ordersReq) return ordersFailed(f);
-        notify(f.message || f.code, true);
-        if (f.client_id) notSent(f.client_id, f.message || f.code);
+        notify(errorText(f), true);
+        if (f.client_id) notSent(f.client_id, errorText(f));
         if (state.pendingWrong != null) wrongFailed();
         return;
     }
@@ -239,6 +239,27 @@
         return onSuggestion(f);
       case "cache.wrong.done":
         return onWrongDone(f);
+    }
+  }
+
+  // The server's refusals in the agent's language, by code (chat/consumers/agent.py); a code not
+  // listed here (e.g. "invalid", a developer's error) shows the server's own words.
+  function errorText(f) {
+    switch (f.code) {
+      case "taken":
+        return interpolate(gettext("%s is already handling this conversation"), [f.agent || "?"]);
+      case "not_owner":
+        return f.agent ? interpolate(gettext("%s is handling this conversation"), [f.agent]) : gettext("Take the conversation over first");
+      case "not_found":
+        return gettext("No such conversation");
+      case "forbidden":
+        return gettext("You are no longer an agent");
+      case "not_cached":
+        return gettext("This message was not served from the answer cache");
+      case "too_large":
+        return gettext("The reply was too large to send");
+      default:
+        return f.message || f.code;
     }
   }
 
@@ -373,7 +394,10 @@
       }
     }
     $("count-mine-list").textContent = String(shown.mine);
-    $("count-closed-list").textContent = String(shown.closed);
+    // Closed is counted up to 10,000 (a bounded query, chat.selectors.CLOSED_COUNT_CAP): at least that many.
+    const closed = shown.closed >= 10000 ? `${shown.closed}+` : String(shown.closed);
+    $("count-closed").textContent = closed;
+    $("count-closed-list").textContent = closed;
     $("count-view-waiting").textContent = String(shown.waiting_agent);
     const open = state.counts.open;
     $("count-open").textContent = String(typeof open === "number" ? Math.max(open, shown.waiting_agent + shown.agent + shown.bot) : shown.waiting_agent + shown.agent + shown.bot);

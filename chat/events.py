@@ -125,8 +125,24 @@ async def publish(conversation_id: uuid.UUID | str, frame: Any, **extra: Any) ->
             # The list's sections changed size: every console shows the new counts, also those
             # that do not list this conversation (they get only the counts; docs/console.md#paging).
             update["counts"] = await _console_counts()
+        if frame["type"] == "status" or update.get("last_message", {}).get("seq") == 1:
+            # A console that does not list it yet shows its row with the shopper's face (name, time
+            # zone, language), not a bare "Visitor" (issue 31).
+            info = await _console_row(cid)
+            if info is not None:
+                update["info"] = info
         await publish_agents(update)
     return sent
+
+
+async def _console_row(conversation_id: str) -> dict[str, Any] | None:
+    """The conversation's console row (``selectors.console_rows``: one query), or None when it is
+    gone or the database could not say (the frame then goes without it)."""
+    try:
+        return await database_sync_to_async(selectors.console_row)(conversation_id=conversation_id)
+    except DatabaseError:
+        log.warning("console row unavailable", exc_info=True)
+        return None
 
 
 async def _console_counts() -> dict[str, int] | None:

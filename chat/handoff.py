@@ -12,7 +12,10 @@ Packet shape (stored in ``Conversation.handoff_packet``, sent in the console's `
                                   # shopper asked for a person and the FAQ answered first)
       "matched": str,             # the words that matched the request-a-person rules ("" if none)
       "shopper_request": {"seq": int, "text": str},   # the message that escalated
-      "summary": str,             # a few lines, at most ~400 code points
+      "summary": str,             # a few lines, at most ~400 code points (English)
+      "facts": {"shopper": int, "bot": int, "first": str, "latest": str, "routes": [str]},
+                                  # what the summary says, for agents in their language
+                                  # (chat.staff_text.packet_for_staff)
       "bot_told": [{"seq": int, "route": str, "text": str, "cut": bool}],  # last 5 bot answers
       "at": str                   # ISO 8601, UTC
     }
@@ -101,6 +104,13 @@ def build_packet(*, conversation_id: uuid.UUID, message: Message, route: str, re
     if len(shopper) > 1:
         lines.append(f"Latest: “{_snippet(shopper[-1]['text'], 110)}”")
     routes = sorted({b["route"] for b in bots if b["route"]})
+    facts = {
+        "shopper": len(shopper),
+        "bot": len(bots),
+        "first": _snippet(shopper[0]["text"], 110) if shopper else "",
+        "latest": _snippet(shopper[-1]["text"], 110) if len(shopper) > 1 else "",
+        "routes": routes,
+    }
     if routes:
         lines.append("Bot answered via " + ", ".join(routes) + ".")
     return {
@@ -110,6 +120,7 @@ def build_packet(*, conversation_id: uuid.UUID, message: Message, route: str, re
         "matched": matched_request(message.text),
         "shopper_request": {"seq": message.seq, "text": message.text[:2000]},
         "summary": "\n".join(lines)[:400],
+        "facts": facts,
         "bot_told": [
             {"seq": b["seq"], "route": b["route"], "text": _snippet(b["text"], 400), "cut": b["cut"]}
             for b in bots[-BOT_TOLD_MAX:]

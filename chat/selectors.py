@@ -149,7 +149,7 @@ def _label_ids(raw: str | None) -> list[int]:
 
 def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
-    ``{"id", "status", "agent", "locale", "time_zone", "waiting_since", "updated_at", "reason",
+    ``{"id", "status", "agent", "agent_id" (the holder's user id, or None), "locale", "time_zone", "waiting_since", "updated_at", "reason",
     "contact_email", "customer": {"id", "name", "email"} | None (a verified customer, chat.identity),
     "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None,
     "last_shopper": {"seq", "text" (≤200 code points), "at" (ISO 8601)} | None,
@@ -177,6 +177,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "id",
         "status",
         "agent_name",
+        "agent_id",
         "locale",
         "time_zone",
         "waiting_since",
@@ -210,6 +211,7 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                 "id": str(r["id"]),
                 "status": r["status"],
                 "agent": r["agent_name"],
+                "agent_id": r["agent_id"],
                 "locale": r["locale"],
                 "time_zone": r["time_zone"],
                 "waiting_since": _iso(r["waiting_since"]),
@@ -233,27 +235,57 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     return out
 
 
+def console_row(*, conversation_id: uuid.UUID | str) -> dict[str, Any] | None:
+    """One conversation's :func:`console_rows` row, or None when it does not exist. One query."""
+    rows = console_rows(queryset=Conversation.objects.filter(pk=conversation_id))
+    return rows[0] if rows else None
+
+
 # --- The console list in pages (docs/console.md#paging) ---------------------------------------------
 
-#: The list's sections, in display order; each is paged on its own.
-CONSOLE_SECTIONS = (ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT, ConversationStatus.BOT)
+#: The list's sections, in display order; each is paged on its own. The inbox's views (issue 31):
+#: Waiting is ``waiting_agent``; All open is ``waiting_agent``, ``agent`` and ``bot`` together;
+#: Mine is ``mine`` (:func:`mine_q`, per agent); Closed is ``closed`` (loaded when its tab opens).
+CONSOLE_SECTIONS = (
+    ConversationStatus.WAITING_AGENT,
+    ConversationStatus.AGENT,
+    ConversationStatus.BOT,
+    "mine",
+    ConversationStatus.CLOSED,
+)
+#: The sections a console's connect sends the first page of (Closed: its count and a cursor only).
+FIRST_PAGE_SECTIONS = CONSOLE_SECTIONS[:4]
+#: The Closed count is counted up to this many (a bounded query however many conversations were
+#: ever closed); ``counts["closed"] == CLOSED_COUNT_CAP`` reads "at least that many".
+CLOSED_COUNT_CAP = 10_000
 
 
 class BadCursor(ValueError):
     """A ``queue.more`` cursor that this server did not make (or of another section)."""
 
 
-def _section(status: str) -> QuerySet[Conversation]:
+def mine_q(user: Any) -> Q:
+    """The conversations of agent ``user``'s Mine view: those they hold (taken over, status
+    ``agent``). One filter, so that Mine can grow (e.g. "assigned to me") in one place; every
+    open conversation it matches must also be in All open."""
+    return Q(status=ConversationStatus.AGENT, agent_id=getattr(user, "pk", None))
+
+
+def _section(status: str, user: Any = None) -> QuerySet[Conversation]:
     """The conversations of list section ``status`` in display order: waiting for an agent, the
-    longest wait first (``waiting_since``, then id); held by an agent and bot conversations with
-    messages, the most recent activity first (``updated_at`` descending, then id descending). A bot
-    test's conversation (``Conversation.sandbox``) is in none."""
+    longest wait first (``waiting_since``, then id); the others (held by an agent, bot
+    conversations with messages, ``user``'s Mine, closed) the most recent activity first
+    (``updated_at`` descending, then id descending). A bot test's conversation
+    (``Conversation.sandbox``) is in none. Raises :class:`BadCursor` for another name."""
+    live = Conversation.objects.filter(sandbox=False)
     if status == ConversationStatus.WAITING_AGENT:
-        return Conversation.objects.filter(status=status, sandbox=False).order_by("waiting_since", "id")
-    if status == ConversationStatus.AGENT:
-        return Conversation.objects.filter(status=status, sandbox=False).order_by("-updated_at", "-id")
+        return live.filter(status=status).order_by("waiting_since", "id")
+    if status in (ConversationStatus.AGENT, ConversationStatus.CLOSED):
+        return live.filter(status=status).order_by("-updated_at", "-id")
     if status == ConversationStatus.BOT:
-        return Conversation.objects.filter(status=status, last_seq__gt=0, sandbox=False).order_by("-updated_at", "-id")
+        return live.filter(status=status, last_seq__gt=0).order_by("-updated_at", "-id")
+    if status == "mine":
+        return live.filter(mine_q(user)).order_by("-updated_at", "-id")
     raise BadCursor(f"no list section {status!r}")
 
 
@@ -284,23 +316,40 @@ def _after(status: str, cursor: str) -> Q:
     return Q(updated_at__lt=moment) | Q(updated_at=moment, id__lt=pk)
 
 
-def console_counts() -> dict[str, int]:
-    """How many conversations each list section holds: ``{"waiting_agent", "agent", "bot"}``
-    (bot: those with messages; no bot test's conversation). One query."""
-    got = Conversation.objects.filter(status__in=CONSOLE_SECTIONS, sandbox=False).aggregate(
-        waiting_agent=Count("pk", filter=Q(status=ConversationStatus.WAITING_AGENT)),
-        agent=Count("pk", filter=Q(status=ConversationStatus.AGENT)),
-        bot=Count("pk", filter=Q(status=ConversationStatus.BOT, last_seq__gt=0)),
-    )
-    return {str(k): int(v or 0) for k, v in got.items()}
+def console_counts(user: Any = None) -> dict[str, int]:
+    """How many conversations each view of the list holds: ``{"waiting_agent", "agent", "bot"
+    (those with messages), "open" (the three together: All open), "closed" (at most
+    :data:`CLOSED_COUNT_CAP`), "mine" (only with ``user``: :func:`mine_q`)}``; no bot test's
+    conversation. Two queries (the open sections and Mine in one, Closed bounded by its cap)."""
+    aggregates: dict[str, Any] = {
+        "waiting_agent": Count("pk", filter=Q(status=ConversationStatus.WAITING_AGENT)),
+        "agent": Count("pk", filter=Q(status=ConversationStatus.AGENT)),
+        "bot": Count("pk", filter=Q(status=ConversationStatus.BOT, last_seq__gt=0)),
+    }
+    if user is not None:
+        aggregates["mine"] = Count("pk", filter=mine_q(user))
+    live = Conversation.objects.filter(sandbox=False)
+    got = live.filter(status__in=CONSOLE_SECTIONS[:3]).aggregate(**aggregates)
+    counts = {str(k): int(v or 0) for k, v in got.items()}
+    counts["open"] = counts["waiting_agent"] + counts["agent"] + counts["bot"]
+    counts["closed"] = live.filter(status=ConversationStatus.CLOSED)[:CLOSED_COUNT_CAP].count()
+    return counts
 
 
-def console_page(*, status: str, after: str | None, limit: int) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of list section ``status`` (see :func:`_section` for the order): up to ``limit``
-    rows (:func:`console_rows` shape) after the row the cursor ``after`` names (None: the first
-    page), and the cursor of the page's last row when more follow (None at the end). One query.
-    Raises :class:`BadCursor` for an unknown section or a cursor this server did not make."""
-    qs = _section(status)
+def mine_count(user: Any) -> int:
+    """How many conversations agent ``user``'s Mine view holds (:func:`mine_q`). One query."""
+    return Conversation.objects.filter(mine_q(user)).count()
+
+
+def console_page(
+    *, status: str, after: str | None, limit: int, user: Any = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of list section ``status`` (see :func:`_section` for the order; ``mine`` is
+    ``user``'s): up to ``limit`` rows (:func:`console_rows` shape) after the row the cursor
+    ``after`` names (None: the first page), and the cursor of the page's last row when more
+    follow (None at the end). One query. Raises :class:`BadCursor` for an unknown section or a
+    cursor this server did not make."""
+    qs = _section(status, user)
     if after is not None:
         qs = qs.filter(_after(status, after))
     rows = console_rows(queryset=qs[: limit + 1])
@@ -310,15 +359,21 @@ def console_page(*, status: str, after: str | None, limit: int) -> tuple[list[di
     return rows, section_cursor(status, rows[-1])
 
 
-def console_first_pages(*, limit: int) -> tuple[list[dict[str, Any]], dict[str, str | None], dict[str, int]]:
-    """What a console gets on connect: the first page of every section, in display order, the
-    cursor of each section's next page (None: nothing more) and the sections' counts. Four queries."""
-    rows: list[dict[str, Any]] = []
+def console_first_pages(
+    *, limit: int, user: Any = None
+) -> tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, str | None], dict[str, int]]:
+    """What a console gets on connect: the first page of the sections Waiting, with an agent,
+    bot and ``user``'s Mine (:data:`FIRST_PAGE_SECTIONS`), as ``[(section, rows)]`` in display
+    order (a row held by ``user`` may be in two); the cursor of each section's next page (None:
+    nothing more; Closed's is its start: its first page is loaded when its tab opens); and the
+    counts (:func:`console_counts`). Six queries."""
+    pages: list[tuple[str, list[dict[str, Any]]]] = []
     nexts: dict[str, str | None] = {}
-    for status in CONSOLE_SECTIONS:
-        page, nexts[str(status)] = console_page(status=status, after=None, limit=limit)
-        rows += page
-    return rows, nexts, console_counts()
+    for status in FIRST_PAGE_SECTIONS:
+        page, nexts[str(status)] = console_page(status=status, after=None, limit=limit, user=user)
+        pages.append((str(status), page))
+    nexts[str(ConversationStatus.CLOSED)] = section_cursor(ConversationStatus.CLOSED, None)
+    return pages, nexts, console_counts(user)
 
 
 def console_history(*, conversation_id: uuid.UUID, before: int | None, limit: int) -> dict[str, Any] | None:

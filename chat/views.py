@@ -15,6 +15,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import translation
 
+from . import staff_text
 from .errors import InvalidSearch
 from .search import search
 from .selectors import conversation_exists, conversation_task, conversation_transcript, user_is_agent
@@ -81,6 +82,11 @@ def console_transcript(request: HttpRequest, conversation_id: uuid.UUID) -> Http
     transcript = conversation_transcript(conversation_id=conversation_id)
     if transcript is None:
         raise Http404("no such conversation")
+    # The router's and the handoff's own words in the agent's language (the request's).
+    transcript["conversation"]["packet"] = staff_text.packet_for_staff(transcript["conversation"]["packet"])
+    for m in transcript["messages"]:
+        if m.get("reason"):
+            m["reason"] = staff_text.reason_text(m["reason"])
     return render(request, "console_transcript.html", transcript)
 
 

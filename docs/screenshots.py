@@ -1,5 +1,6 @@
 """Regenerate the agent console's screenshots in docs/console.md (issue 31): ``docs/img/console-en.png``
-and ``docs/img/console-zh.png``, each 1280×800 pixels.
+and ``docs/img/console-zh.png``, each 1280×800 pixels, and the same on a phone,
+``docs/img/console-phone-en.png`` and ``docs/img/console-phone-zh.png`` (390×844, a touch screen).
 
 Run from the project: ``.venv/bin/python docs/screenshots.py``. It starts kefu on its embedded
 defaults as the tests do (a temporary SQLite database, ``migrate``, the demo FAQ and demo orders,
@@ -116,15 +117,22 @@ def check_cjk_font() -> None:
         raise RuntimeError("no Chinese font installed; install one (e.g. Debian's fonts-wqy-microhei) and run again")
 
 
-def shoot(base: str, locale: str, email: str, path: Path) -> None:
-    """Sign in to the console as a ``locale`` browser, open the waiting conversation of ``email``
-    once the console's socket is online, and save the 1280×800 page to ``path``."""
+def shoot(base: str, locale: str, email: str, path: Path, viewport: tuple[int, int] = (1280, 800)) -> None:
+    """Sign in to the console as a ``locale`` browser of ``viewport`` (width, height in CSS
+    pixels; under 760 px wide, a phone: touch, 2× pixels), open the waiting conversation of
+    ``email`` once the console's socket is online, and save what the screen shows to ``path``."""
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        phone = viewport[0] < 760
         context = browser.new_context(
-            locale=locale, timezone_id="Asia/Shanghai", viewport={"width": 1280, "height": 800}
+            locale=locale,
+            timezone_id="Asia/Shanghai",
+            viewport={"width": viewport[0], "height": viewport[1]},
+            device_scale_factor=2 if phone else 1,
+            is_mobile=phone,
+            has_touch=phone,
         )
         page = context.new_page()
         page.goto(base + "/console/login/?next=/console/")
@@ -176,11 +184,13 @@ def main() -> None:
                 for shopper in SHOPPERS:
                     open_shopper(f"ws://127.0.0.1:{port}/ws/chat/", *shopper)
                 OUT.mkdir(parents=True, exist_ok=True)
-                for locale, email, name in (
-                    ("en-US", "ada@example.com", "console-en.png"),
-                    ("zh-CN", "li.wei@example.cn", "console-zh.png"),
+                for locale, email, name, viewport in (
+                    ("en-US", "ada@example.com", "console-en.png", (1280, 800)),
+                    ("zh-CN", "li.wei@example.cn", "console-zh.png", (1280, 800)),
+                    ("en-US", "ada@example.com", "console-phone-en.png", (390, 844)),
+                    ("zh-CN", "li.wei@example.cn", "console-phone-zh.png", (390, 844)),
                 ):
-                    shoot(base, locale, email, OUT / name)
+                    shoot(base, locale, email, OUT / name, viewport)
                     print(f"{(OUT / name).relative_to(ROOT)}: {(OUT / name).stat().st_size / 1024:.0f} KB")
             finally:
                 proc.terminate()

@@ -9,10 +9,11 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.utils import translation
 
 from lib import metrics
 
-from .. import answering, errors, events, presence, selectors, services, streams, suggest
+from .. import answering, errors, events, presence, selectors, services, staff_text, streams, suggest
 from ..models import ConversationStatus, MessageState
 from ..protocol import (
     OrderActionFrame,
@@ -50,6 +51,9 @@ class AgentConsumer(FrameSocket):
     # the waiting section to its end (a conversation that starts waiting joins that end).
     listed: set[str]
     waiting_complete = False
+    # Whether the console asked for Closed's first page (its tab was opened), and its Mine count.
+    closed_loaded = False
+    mine = 0
     in_agents_group = False
     # Highest owner epoch seen on a status event of the followed conversation (as the shopper
     # socket keeps it): bot deltas of older epochs still in flight are dropped.
@@ -64,15 +68,17 @@ class AgentConsumer(FrameSocket):
             return
         self.user = user
         self.name = services.agent_display_name(user)
+        # The router's words reach this agent in their language (chat.staff_text).
+        self.language = staff_text.scope_language(self.scope)
         await self.join(events.AGENTS_GROUP)
         self.in_agents_group = True
         metrics.OPEN_SOCKETS.labels("agent").inc()
         await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
         page = settings.KEFU_CONSOLE_PAGE
-        canned, (rows, nexts, counts), online = await database_sync_to_async(
+        canned, (pages, nexts, counts), online = await database_sync_to_async(
             lambda: (
                 selectors.canned_replies(owner_id=user.pk),
-                selectors.console_first_pages(limit=page),
+                selectors.console_first_pages(limit=page, user=user),
                 presence.agents_online(),
             )
         )()
@@ -87,20 +93,36 @@ class AgentConsumer(FrameSocket):
                 "max_chars": settings.KEFU_MAX_MESSAGE_CHARS,
             }
         )
-        await self._send_rows({"type": "queue", "counts": counts, "page_size": page}, rows, nexts)
+        self.mine = counts.get("mine", 0)
+        await self._send_rows({"type": "queue", "counts": counts, "page_size": page}, pages, nexts)
 
-    async def _send_rows(self, frame: dict[str, Any], rows: list[dict[str, Any]], nexts: dict[str, str | None]) -> None:
-        """Send ``frame`` (``queue`` or ``queue.page``) with ``rows`` in ``conversations`` and
+    async def _send_rows(
+        self,
+        frame: dict[str, Any],
+        pages: list[tuple[str, list[dict[str, Any]]]],
+        nexts: dict[str, str | None],
+    ) -> None:
+        """Send ``frame`` (``queue`` or ``queue.page``) with the rows of ``pages`` (``[(section,
+        rows)]``; a row in two sections, e.g. held by this agent: once) in ``conversations`` and
         ``next`` (each section's cursor, None at its end), built to fit the byte budget: rows
         that do not fit are left for the next page (their section's cursor moves back to the last
         row sent). Remembers what the console now lists (``listed``, ``waiting_complete``)."""
+        rows: list[dict[str, Any]] = []
+        where: dict[str, int] = {}
+        placed: list[tuple[str, dict[str, Any], int]] = []  # (section, row, its index in rows)
+        for section, page in pages:
+            for r in page:
+                if r["id"] not in where:
+                    where[r["id"]] = len(rows)
+                    rows.append(r)
+                placed.append((section, r, where[r["id"]]))
         text, count = framing.fit_list({**frame, "next": nexts}, "conversations", rows, keep="head")
         if count < len(rows):
             nexts = dict(nexts)
-            for status in {r["status"] for r in rows[count:]}:
-                sent = [r for r in rows[:count] if r["status"] == status]
+            for section in {s for s, _, i in placed if i >= count}:
+                sent = [r for s, r, i in placed if s == section and i < count]
                 # The section's first rows that did not fit: ask again after the last one that did.
-                nexts[status] = selectors.section_cursor(status, sent[-1] if sent else None)
+                nexts[section] = selectors.section_cursor(section, sent[-1] if sent else None)
             text, count = framing.fit_list({**frame, "next": nexts}, "conversations", rows[:count], keep="head")
         self.listed.update(r["id"] for r in rows[:count])
         if ConversationStatus.WAITING_AGENT in nexts:
@@ -206,21 +228,24 @@ class AgentConsumer(FrameSocket):
         Errors: ``invalid`` (unknown section, a cursor this server did not make)."""
         status, after = content.get("status"), content.get("after")
         if status not in selectors.CONSOLE_SECTIONS:
-            raise ProtocolError("invalid", "status must be one of waiting_agent, agent, bot")
+            raise ProtocolError("invalid", "status must be one of " + ", ".join(selectors.CONSOLE_SECTIONS))
         if not isinstance(after, str) or not 0 < len(after) <= 200:
             raise ProtocolError("invalid", "after must be a cursor (the 'next' of the last page)")
         page = settings.KEFU_CONSOLE_PAGE
 
         def load() -> tuple[list[dict[str, Any]], str | None, dict[str, int]]:
-            rows, cursor = selectors.console_page(status=status, after=after, limit=page)
-            return rows, cursor, selectors.console_counts()
+            rows, cursor = selectors.console_page(status=status, after=after, limit=page, user=self.user)
+            return rows, cursor, selectors.console_counts(self.user)
 
         try:
             rows, cursor, counts = await database_sync_to_async(load)()
         except selectors.BadCursor as e:
             raise ProtocolError("invalid", f"after: {e}") from None
+        self.mine = counts["mine"]
+        if status == ConversationStatus.CLOSED:
+            self.closed_loaded = True  # a conversation closed from now on goes to the top of its list
         frame = {"type": "queue.page", "status": status, "after": after, "counts": counts}
-        await self._send_rows(frame, rows, {status: cursor})
+        await self._send_rows(frame, [(status, rows)], {status: cursor})
 
     async def on_open(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
         """Follow ``cid``: join its groups first, then send its ``history``: its newest
@@ -238,7 +263,10 @@ class AgentConsumer(FrameSocket):
         if page is None:
             await self._unfollow()
             raise errors.NotFound(str(cid))
-        frame = {"type": "history", "conversation": str(cid), "info": page["conversation"], "notes": page["notes"]}
+        info = page["conversation"]
+        with translation.override(self.language):
+            info["packet"] = staff_text.packet_for_staff(info.get("packet"))
+        frame = {"type": "history", "conversation": str(cid), "info": info, "notes": page["notes"]}
         await self._send_history(frame, page)
 
     async def on_history_more(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
@@ -261,6 +289,10 @@ class AgentConsumer(FrameSocket):
         budget: the newest messages of the page are kept, and ``before``/``more`` say where the
         next older page starts. Streaming answers carry their text so far."""
         messages = page["messages"]
+        with translation.override(self.language):
+            for item in messages:
+                if item.get("reason"):
+                    item["reason"] = staff_text.reason_text(item["reason"])
         notes = frame.get("notes")
         if notes:
             # Notes are not paged: the newest that fit in a quarter of the budget (each is at most
@@ -495,11 +527,21 @@ class AgentConsumer(FrameSocket):
           its end; otherwise a ``queue.counts`` frame (the new counts) goes instead;
         * ``status`` ``agent`` or ``bot``: it goes to the top of its section (most recent first),
           inside the first page: sent, and listed from now on;
-        * ``status`` ``closed``: it leaves the list: ``queue.counts`` only;
+        * ``status`` ``closed``: it goes to the top of Closed: sent when the console loaded Closed's
+          first page (its tab was opened), else ``queue.counts`` only;
         * a new message of a conversation the console does not list: dropped (nothing it shows
           changes), except the first message of a new conversation (``seq`` 1), which opens the
-          bot section's first page."""
+          bot section's first page.
+
+        Counts that came with the frame get this agent's own ``mine`` (one query: Mine is per
+        agent, :func:`chat.selectors.mine_q`)."""
         frame = event["frame"]
+        if frame["type"] == "handoff" and frame.get("packet"):
+            with translation.override(self.language):
+                frame = {**frame, "packet": staff_text.packet_for_staff(frame["packet"])}
+        if frame.get("counts") is not None:
+            self.mine = await database_sync_to_async(selectors.mine_count)(self.user)
+            frame = {**frame, "counts": {**frame["counts"], "mine": self.mine}}
         cid = frame.get("conversation")
         if cid in self.listed:
             await self._send(frame)
@@ -509,6 +551,8 @@ class AgentConsumer(FrameSocket):
             show = self.waiting_complete
         elif status in (ConversationStatus.AGENT, ConversationStatus.BOT):
             show = True
+        elif status == ConversationStatus.CLOSED:
+            show = self.closed_loaded
         elif status is not None:
             show = False
         else:

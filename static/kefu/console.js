@@ -153,7 +153,9 @@
         state.counts = f.counts || {};
         state.next = f.next || {};
         state.moreBusy = {};
+        state.closedAsked = false;
         renderLists();
+        if (state.view === "closed") loadClosed();
         if (state.open) send({ type: "open", conversation: state.open }); // after a reconnect
         for (const p of state.pending.values()) send(p.frame); // unacknowledged messages, again
         for (const r of state.orderReqs.values()) send(r.frame); // order actions with no reply yet, again
@@ -181,6 +183,7 @@
         if (f.counts) state.counts = f.counts;
         else if (!f.status && !state.rows.has(f.conversation) && f.last_message && f.last_message.seq === 1) {
           state.counts.bot = (state.counts.bot || 0) + 1; // a new conversation (docs/console.md#paging)
+          state.counts.open = (state.counts.open || 0) + 1;
         }
         return onUpdate(f);
       case "handoff":
@@ -197,8 +200,8 @@
         }
         if (f.request_id && state.orderReqs.has(f.request_id)) return orderFailed(f);
         if (f.request_id && f.request_id === state.ordersReq) return ordersFailed(f);
-        notify(f.message || f.code, true);
-        if (f.client_id) notSent(f.client_id, f.message || f.code);
+        notify(errorText(f), true);
+        if (f.client_id) notSent(f.client_id, errorText(f));
         if (state.pendingWrong != null) wrongFailed();
         return;
     }
@@ -239,13 +242,38 @@
     }
   }
 
+  // The server's refusals in the agent's language, by code (chat/consumers/agent.py); a code not
+  // listed here (e.g. "invalid", a developer's error) shows the server's own words.
+  function errorText(f) {
+    switch (f.code) {
+      case "taken":
+        return interpolate(gettext("%s is already handling this conversation"), [f.agent || "?"]);
+      case "not_owner":
+        return f.agent ? interpolate(gettext("%s is handling this conversation"), [f.agent]) : gettext("Take the conversation over first");
+      case "not_found":
+        return gettext("No such conversation");
+      case "forbidden":
+        return gettext("You are no longer an agent");
+      case "not_cached":
+        return gettext("This message was not served from the answer cache");
+      case "too_large":
+        return gettext("The reply was too large to send");
+      default:
+        return f.message || f.code;
+    }
+  }
+
   function onUpdate(f) {
     if (f.labels && !f.status && !f.last_message && !f.contact_email && !state.rows.has(f.conversation)) return;
     const row = state.rows.get(f.conversation) || {
       id: f.conversation, status: "bot", agent: "", waiting_since: null, updated_at: null, last_message: null,
     };
+    // Its stored row (face: name, time zone, language; the holder) when the update brings it: a
+    // conversation that appears live looks as it does after a reload, not a bare "Visitor".
+    if (f.info) Object.assign(row, f.info);
     if (f.status) {
       row.status = f.status;
+      if ((f.agent || "") !== row.agent) row.agent_id = f.info ? f.info.agent_id : null;
       row.agent = f.agent || "";
       if (f.status === "waiting_agent" && !row.waiting_since) row.waiting_since = new Date().toISOString();
       if (f.status !== "waiting_agent") row.waiting_since = null;
@@ -298,24 +326,96 @@
     return text.replace(/\{(\w+)\}/g, (_, k) => (vars && vars[k] != null ? vars[k] : ""));
   }
 
+  // The inbox's views (issue 31): Waiting, Mine (the conversations this agent holds), All open
+  // (waiting, with an agent, bot) and Closed (newest first; its first page is asked for when its
+  // tab opens). Each tab has its view's count on the server; each section pages on its own.
+  const SECTIONS = [["waiting_agent", "waiting"], ["agent", "agent"], ["bot", "bot"], ["mine", "mine"], ["closed", "closed"]];
+  const VIEW_KEY = "kefu.console.view";
+  state.view = (() => {
+    try {
+      const v = localStorage.getItem(VIEW_KEY);
+      return ["waiting", "mine", "open", "closed"].includes(v) ? v : "open";
+    } catch (e) {
+      return "open";
+    }
+  })();
+
+  function isMine(row) {
+    if (row.status !== "agent") return false;
+    return row.agent_id != null && state.myId != null ? row.agent_id === state.myId : row.agent === state.me;
+  }
+
+  function setView(view) {
+    state.view = view;
+    try {
+      localStorage.setItem(VIEW_KEY, view);
+    } catch (e) {
+      // private mode: the view lasts for this page only
+    }
+    if (view === "closed") loadClosed();
+    renderLists();
+  }
+
+  function loadClosed() {
+    if (state.closedAsked || !state.next.closed) return;
+    state.closedAsked = true;
+    loadMoreRows("closed");
+  }
+
+  for (const tab of document.querySelectorAll(".tabs__tab")) {
+    tab.addEventListener("click", () => setView(tab.dataset.view));
+    tab.addEventListener("keydown", (e) => {
+      // Arrow keys move between the tabs (the WAI-ARIA tabs pattern).
+      if (e.key !== "ArrowRight" && e.key !== "ArrowLeft") return;
+      const tabs = Array.from(document.querySelectorAll(".tabs__tab"));
+      const next = tabs[(tabs.indexOf(tab) + (e.key === "ArrowRight" ? 1 : tabs.length - 1)) % tabs.length];
+      next.focus();
+      setView(next.dataset.view);
+    });
+  }
+
   function renderLists() {
-    const groups = { waiting_agent: [], agent: [], bot: [] };
-    for (const row of state.rows.values()) if (groups[row.status]) groups[row.status].push(row);
+    const groups = { waiting_agent: [], agent: [], bot: [], mine: [], closed: [] };
+    for (const row of state.rows.values()) {
+      if (groups[row.status]) groups[row.status].push(row);
+      if (isMine(row)) groups.mine.push(row);
+    }
     groups.waiting_agent.sort((a, b) => String(a.waiting_since).localeCompare(String(b.waiting_since)));
     const recent = (a, b) => String(b.updated_at).localeCompare(String(a.updated_at));
-    groups.agent.sort(recent);
-    groups.bot.sort(recent);
-    for (const [status, id] of [["waiting_agent", "waiting"], ["agent", "agent"], ["bot", "bot"]]) {
+    for (const status of ["agent", "bot", "mine", "closed"]) groups[status].sort(recent);
+    const shown = {};
+    for (const [status, id] of SECTIONS) {
       const list = $(`list-${id}`);
       list.replaceChildren(...groups[status].map(renderRow));
       const count = state.counts[status];
-      $(`count-${id}`).textContent = String(typeof count === "number" ? Math.max(count, groups[status].length) : groups[status].length);
+      shown[status] = typeof count === "number" ? Math.max(count, groups[status].length) : groups[status].length;
+      const counter = $(`count-${id}`) || $(`count-${id}-list`);
+      counter.textContent = String(shown[status]);
+      const empty = $(`empty-${id}`);
+      if (empty) empty.hidden = groups[status].length > 0 || !!state.next[status] || !!state.moreBusy[status];
       // The next page of this section, when the server has more than the console loaded.
       const more = $(`more-${id}`);
       if (more) {
-        more.hidden = !state.next[status];
+        more.hidden = !state.next[status] || (status === "closed" && !state.closedAsked);
         more.disabled = !!state.moreBusy[status];
       }
+    }
+    $("count-mine-list").textContent = String(shown.mine);
+    // Closed is counted up to 10,000 (a bounded query, chat.selectors.CLOSED_COUNT_CAP): at least that many.
+    const closed = shown.closed >= 10000 ? `${shown.closed}+` : String(shown.closed);
+    $("count-closed").textContent = closed;
+    $("count-closed-list").textContent = closed;
+    $("count-view-waiting").textContent = String(shown.waiting_agent);
+    const open = state.counts.open;
+    $("count-open").textContent = String(typeof open === "number" ? Math.max(open, shown.waiting_agent + shown.agent + shown.bot) : shown.waiting_agent + shown.agent + shown.bot);
+    for (const tab of document.querySelectorAll(".tabs__tab")) {
+      const on = tab.dataset.view === state.view;
+      tab.setAttribute("aria-selected", on ? "true" : "false");
+      tab.tabIndex = on ? 0 : -1;
+    }
+    $("queue").dataset.view = state.view;
+    for (const section of document.querySelectorAll(".queue__section")) {
+      section.hidden = !section.dataset.views.split(" ").includes(state.view);
     }
     renderTitle();
   }
@@ -472,7 +572,7 @@
       renderLists();
     }
   }
-  for (const [status, id] of [["waiting_agent", "waiting"], ["agent", "agent"], ["bot", "bot"]]) {
+  for (const [status, id] of SECTIONS) {
     const more = $(`more-${id}`);
     if (more) more.addEventListener("click", () => loadMoreRows(status));
   }
@@ -516,6 +616,14 @@
   document.addEventListener("kefu:open-conversation", (e) => openConversation(e.detail.id));
 
   // --- one conversation ------------------------------------------------------------------------
+  // On a phone (docs/console.md, one column) the list and the open conversation take turns.
+  const LAYOUT = document.querySelector(".layout");
+  LAYOUT.dataset.pane = "list";
+  $("btn-list").addEventListener("click", () => {
+    LAYOUT.dataset.pane = "list";
+    window.scrollTo(0, 0);
+  });
+
   function openConversation(id) {
     state.open = id;
     state.unread.delete(id);
@@ -538,6 +646,7 @@
     $("orders-source").textContent = "";
     $("detail").hidden = false;
     $("empty").hidden = true;
+    LAYOUT.dataset.pane = "detail"; // on a phone the conversation replaces the list
     $("detail-title").textContent = interpolate(gettext("Conversation %s"), [shortId(id)]);
     $("link-transcript").href = `/console/conversations/${id}/`;
     renderLists();
@@ -998,7 +1107,9 @@
   function showPacket(p) {
     if (!p) return;
     $("packet").hidden = false;
-    const why = [p.rule && interpolate(gettext("Rule: %s"), [p.rule]), p.route && interpolate(gettext("route %s"), [p.route]), p.reason].filter(Boolean).join(" · ");
+    // rule_text and reason come in the agent's language (chat/staff_text.py); the rule's code stays.
+    const rule = p.rule_text ? `${p.rule_text} (${p.rule})` : p.rule;
+    const why = [rule && interpolate(gettext("Rule: %s"), [rule]), p.route && interpolate(gettext("route %s"), [p.route]), p.reason].filter(Boolean).join(" · ");
     $("packet-why").textContent = p.shopper_request ? interpolate(gettext("%(why)s — shopper: “%(text)s”"), { why, text: p.shopper_request.text }, true) : why;
     $("packet-summary").textContent = p.summary || "";
     $("packet-told").replaceChildren(...(p.bot_told || []).map((b) => el("li", null, `[${b.route}${b.cut ? `, ${gettext("cut")}` : ""}] ${b.text}`)));

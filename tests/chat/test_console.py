@@ -248,6 +248,8 @@ async def test_shopper_asking_for_a_human_reaches_the_console_with_a_packet(make
     assert packet["bot_told"][0]["text"] == "We accept Visa, Mastercard, PayPal and Apple Pay."
     assert "2 shopper message(s)" in packet["summary"]
     conv = await conversation(shopper.conversation)
+    # The console's copy adds the rule's name in the agent's language (chat/staff_text.py).
+    assert packet.pop("rule_text") == "the shopper asked for a person"
     assert conv.status == "waiting_agent" and conv.handoff_packet == packet
 
 

@@ -112,7 +112,14 @@ async def test_ten_thousand_waiting_the_console_gets_ready_and_pages_of_the_list
         assert (await alice.recv())["type"] == "ready"
         queue = await alice.recv()
         assert queue["type"] == "queue"
-        assert queue["counts"] == {"waiting_agent": WAITING, "agent": 0, "bot": 1}
+        assert queue["counts"] == {
+            "waiting_agent": WAITING,
+            "agent": 0,
+            "bot": 1,
+            "open": WAITING + 1,
+            "mine": 0,
+            "closed": 0,
+        }
         assert queue["page_size"] == PAGE
         waiting = [r for r in queue["conversations"] if r["status"] == "waiting_agent"]
         # The longest wait first: the seeded order.

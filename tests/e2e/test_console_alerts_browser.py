@@ -101,6 +101,11 @@ def test_a_handoff_and_an_unread_message_notify_count_in_the_title_and_raise_a_b
     assert log is not None and reply is not None and detail is not None
     assert log["height"] >= 400, log
     assert reply["y"] + reply["height"] <= min(800, detail["y"] + detail["height"]), (reply, detail)
+    # The top bar is one line in English (it wrapped to three before), and the handoff box shows
+    # its lines whole (it clipped its last one).
+    topbar = agent.locator("#topbar").bounding_box()
+    assert topbar is not None and topbar["height"] <= 56, topbar
+    assert agent.locator("#packet").evaluate("p => p.scrollHeight <= p.clientHeight + 1")
 
     # The agent looks at another conversation; the shopper writes: notification, title count and
     # banner, and the row is marked unread.
@@ -112,10 +117,10 @@ def test_a_handoff_and_an_unread_message_notify_count_in_the_title_and_raise_a_b
     other.press("kefu-chat >> #kefu-input", "Enter")
     paypal = agent.locator("#list-bot .queue__item", has_text="can I pay with paypal?")
     expect(paypal).to_have_count(1, timeout=20000)
+    # A row that came live has its face at once, as after a reload (it showed "Visitor" before).
+    expect(paypal.locator(".queue__name")).to_have_text("Visitor · Europe/Berlin · en")
     paypal.locator("button").click()
     expect(agent.locator("#log .msg--shopper .msg__body").first).to_have_text("can I pay with paypal?", timeout=20000)
-    # A row that came live (no time zone in a list update) gets its face once opened.
-    expect(paypal.locator(".queue__name")).to_have_text("Visitor · Europe/Berlin · en")
     shopper.fill("kefu-chat >> #kefu-input", "my vase arrived with a crack")
     shopper.press("kefu-chat >> #kefu-input", "Enter")
     agent.wait_for_function("() => window.__notes.length >= 2", timeout=20000)

@@ -191,7 +191,7 @@ turns:
     assert conv.status == "waiting_agent"
     assert Message.objects.filter(conversation=conv, role="bot", route__startswith="llm.").exists()
 
-    assert selectors.console_counts() == {"waiting_agent": 0, "agent": 0, "bot": 0}
+    assert selectors.console_counts() == {"waiting_agent": 0, "agent": 0, "bot": 0, "open": 0, "closed": 0}
     assert selectors.console_page(status="waiting_agent", after=None, limit=50)[0] == []
     assert availability.of_queue() == {}
     agent = User.objects.create_user("agent-bt", password="x")

@@ -114,6 +114,39 @@ def promotion(rows: list[dict], vec) -> dict[str, int]:
     return dict(out)
 
 
+def speed(rows: list[dict], vec) -> dict[str, float]:
+    """p50 / p90 of ``services.lookup`` (vector given, as routing passes it) in ms with the
+    alignment off and on, interleaved ask by ask; "on, words new" empties the embedder's LRU
+    before each ask, so the words of a substitution are embedded on the lookup path."""
+    import numpy as np
+    from cache_pairs_eval import put
+    from django.test.utils import override_settings
+
+    from cache_layer import services
+    from cache_layer.embeddings import get_embedder
+    from cache_layer.models import CachedAnswer
+
+    services.purge()
+    CachedAnswer.objects.all().delete()
+    times: dict[str, list[float]] = {"off": [], "on": [], "on, words new": []}
+    lru = getattr(get_embedder(), "_lru", None)
+    for r in rows:
+        scope = f"eval|unseen-speed|{r['id']}"
+        put(r["a"], "answer:" + r["a"], scope, vec)
+        for mode in times:
+            with override_settings(KEFU_CACHE_ALIGN_COSINE=1.01 if mode == "off" else 0.86):
+                if mode == "on, words new" and lru is not None:
+                    lru.clear()
+                started = time.perf_counter()
+                services.lookup(question=r["b"], scope=scope, embedding=vec[r["b"]])
+                times[mode].append((time.perf_counter() - started) * 1000)
+    out = {}
+    for mode, ts in times.items():
+        out[f"{mode} p50"] = float(np.percentile(ts, 50))
+        out[f"{mode} p90"] = float(np.percentile(ts, 90))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="tune")
@@ -121,6 +154,7 @@ def main() -> None:
     parser.add_argument("--show-wrong", action="store_true")
     parser.add_argument("--show-missed", type=int, default=0)
     parser.add_argument("--promotion", action="store_true")
+    parser.add_argument("--speed", action="store_true", help="lookup time with the alignment off and on")
     args = parser.parse_args()
 
     tmp = tempfile.TemporaryDirectory(prefix="kefu-cache-unseen-")
@@ -192,6 +226,10 @@ def main() -> None:
                 f"question hits); {p.get('different_missed', 0)} look-alikes missed, "
                 f"{p.get('different_judged', 0)} judged (refused by the judge)."
             )
+    if args.speed:
+        for name, rows in sets.items():
+            figures = speed(rows, vec)
+            print(f"\nLookup time, {name} pairs (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
     print(f"\n{time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s")
     tmp.cleanup()
 

@@ -160,7 +160,7 @@ def _english_terms(text: str) -> frozenset[str]:
     t = re.sub(rf"[{_CJK}]", " ", text)
     # The crude lemma twice: "settings" -> "setting" -> "sett", as "setting" makes in one step.
     lemmas = {_lemma(w) for w in key_terms(t).content if w.isascii()}
-    return frozenset(w for w in lemmas if w and not _framing_en(w))
+    return frozenset(w for w in lemmas if len(w) > 1 and not _framing_en(w))  # "what's" leaves an "s"
 
 
 _PARTICLE_WORDS = frozenset(w for pair in _OPPOSITE_PARTICLES for w in pair)

@@ -698,10 +698,14 @@ def semantic_verdict(
         ok, reason = aligned(question, cached_question)
         if not ok:
             return Verdict(False, reason)
-        if similarity >= align_threshold and slots_agree(question, cached_question, every_slot=True)[0]:
-            return Verdict(True, "aligned")
     if same_intent and similarity >= intent_threshold:
         return Verdict(True, "same_intent")
+    if (
+        aligned is not None
+        and similarity >= align_threshold
+        and slots_agree(question, cached_question, every_slot=True)[0]
+    ):
+        return Verdict(True, "aligned")
     if (
         similarity >= slot_threshold
         and anchored(question)

@@ -251,6 +251,12 @@ def build_gptcache(shared: Path, vec_texts: set[str]) -> list[tuple[list[tuple[s
 # --- running ------------------------------------------------------------------------------------
 
 
+#: The setting the points sweep (``--sweep``): the same-slots rule's cosine, or the word-alignment
+#: rule's (``KEFU_CACHE_ALIGN_COSINE``, issue 40).
+SWEPT = {"slot": "KEFU_CACHE_SLOT_COSINE", "align": "KEFU_CACHE_ALIGN_COSINE"}
+SWEEP = "slot"
+
+
 def run_set(rounds, vec, points, shipped: float) -> list[tuple[float, Outcome, int]]:
     from django.test.utils import override_settings
 
@@ -265,7 +271,7 @@ def run_set(rounds, vec, points, shipped: float) -> list[tuple[float, Outcome, i
         CachedAnswer.objects.all().delete()
         stored += sum(put(q, a, s, vec) for q, a, s in entries)
         for point in points:
-            with override_settings(KEFU_CACHE_SLOT_COSINE=point):
+            with override_settings(**{SWEPT[SWEEP]: point}):
                 o = ask(cases, vec, record=point == shipped)
             t = totals[point]
             t.hits, t.right, t.asked = t.hits + o.hits, t.right + o.right, t.asked + o.asked
@@ -339,7 +345,11 @@ def main() -> None:
     parser.add_argument("--shared", default=str(ROOT.parent / "shared"))
     parser.add_argument("--sets", default="team,bitext,qqp,gptcache")
     parser.add_argument("--show-wrong", action="store_true", help="list the wrong hits at the shipped point")
+    parser.add_argument("--sweep", choices=sorted(SWEPT), default="slot", help="the rule whose cosine the points sweep")
+    parser.add_argument("--points", default="", help="comma-separated cosines (default: the slot rule's curve)")
     args = parser.parse_args()
+    global SWEEP
+    SWEEP = args.sweep
     shared = Path(args.shared)
 
     tmp = tempfile.TemporaryDirectory(prefix="kefu-cache-pairs-")
@@ -367,11 +377,12 @@ def main() -> None:
     sets = {name: builders[name]() for name in args.sets.split(",")}
     vec = vectors(texts)
     # A build before the same-slots rule (run side by side from a checkout of it) has one point.
-    shipped = getattr(settings, "KEFU_CACHE_SLOT_COSINE", None)
-    points = sorted(set(POINTS) | {shipped}) if shipped is not None else [1.01]
+    shipped = getattr(settings, SWEPT[SWEEP], None)
+    wanted = [float(p) for p in args.points.split(",")] if args.points else POINTS
+    points = sorted(set(wanted) | {shipped}) if shipped is not None else [1.01]
     print(f"{len(texts)} texts embedded in {time.perf_counter() - started:.0f} s; shipped point {shipped}\n")
     print(
-        "| set | slot cosine | lookups | judged hits | wrong hits | precision | upper 95% bound of wrong "
+        f"| set | {SWEEP} cosine | lookups | judged hits | wrong hits | precision | upper 95% bound of wrong "
         "| hit rate of answerable | unjudged hits |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -29,6 +29,9 @@ class CacheConfig:
     ``intent_cosine`` / ``intent_confidence``: the same-intent rule (``intent_model.py``; a
     confidence above 1 switches it off). ``slot_cosine``: the same-slots rule (both questions
     name the same answer-changing slot values, at least one; ``slots.py``; above 1: off).
+    ``align_cosine``: the word-alignment rule (``alignment.py``: every word on which two questions
+    differ is explained; every other rule needs it too; above 1: off, the rules before it).
+    ``word_cosine``: the word-level cosine two differing words need to count as near-synonyms.
     ``promote_min_cosine``: the lowest cosine of a near miss a judge is asked about, and of a
     verified hit (``promotion.py``; above 1: off).
     ``ambiguity_margin``: cosine margin under which two
@@ -51,6 +54,8 @@ class CacheConfig:
     intent_cosine: float
     intent_confidence: float
     slot_cosine: float
+    align_cosine: float
+    word_cosine: float
     promote_min_cosine: float
     ambiguity_margin: float
     index_refresh_s: float
@@ -76,6 +81,8 @@ class CacheConfig:
             intent_cosine=float(settings.KEFU_CACHE_INTENT_COSINE),
             intent_confidence=float(settings.KEFU_CACHE_INTENT_CONFIDENCE),
             slot_cosine=float(settings.KEFU_CACHE_SLOT_COSINE),
+            align_cosine=float(settings.KEFU_CACHE_ALIGN_COSINE),
+            word_cosine=float(settings.KEFU_CACHE_WORD_COSINE),
             promote_min_cosine=float(settings.KEFU_CACHE_PROMOTE_MIN_COSINE),
             ambiguity_margin=float(settings.KEFU_CACHE_AMBIGUITY_MARGIN),
             index_refresh_s=float(settings.KEFU_CACHE_INDEX_REFRESH_MS) / 1000,
@@ -100,6 +107,8 @@ class CacheConfig:
             ("KEFU_CACHE_SEMANTIC_CANDIDATES", self.semantic_candidates >= 1, "1 or more"),
             ("KEFU_CACHE_INTENT_COSINE", -1.0 <= self.intent_cosine <= 1.0, "a cosine in -1..1"),
             ("KEFU_CACHE_SLOT_COSINE", -1.0 <= self.slot_cosine <= 1.01, "a cosine in -1..1 (above 1: off)"),
+            ("KEFU_CACHE_ALIGN_COSINE", -1.0 <= self.align_cosine <= 1.01, "a cosine in -1..1 (above 1: off)"),
+            ("KEFU_CACHE_WORD_COSINE", -1.0 <= self.word_cosine <= 1.0, "a cosine in -1..1"),
             (
                 "KEFU_CACHE_PROMOTE_MIN_COSINE",
                 -1.0 <= self.promote_min_cosine <= 1.01,

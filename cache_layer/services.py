@@ -27,7 +27,7 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -42,6 +42,7 @@ from lib.logredact import shopper_text
 from lib.text import language_code
 
 from . import vector_index
+from .alignment import align
 from .config import cache_config
 from .embeddings import get_embedder
 from .exact_store import ExactEntry, get_exact_store
@@ -132,6 +133,25 @@ def _key_hash(key_text: str) -> str:
 
 def _embed(text: str) -> np.ndarray:
     return np.asarray(get_embedder().embed([text])[0], dtype=np.float32)
+
+
+def word_similarity(pairs: Sequence[tuple[str, str]]) -> list[float]:
+    """The cosine of each ``(word_a, word_b)`` by the shared embedder run on the words alone (one
+    call for every word of ``pairs``; the embedder's LRU keeps words seen before)."""
+    words = list(dict.fromkeys(w for pair in pairs for w in pair))
+    if not words:
+        return []
+    vecs = np.asarray(get_embedder().embed(words), dtype=np.float32)
+    row = {w: vecs[i] for i, w in enumerate(words)}
+    return [float(row[a] @ row[b]) for a, b in pairs]
+
+
+def _aligner(word_threshold: float) -> Callable[[str, str], tuple[bool, str]]:
+    def aligned(question: str, cached_question: str) -> tuple[bool, str]:
+        result = align(question, cached_question, word_similarity=word_similarity, word_threshold=word_threshold)
+        return result.ok, result.reason
+
+    return aligned
 
 
 # --- Lookup ------------------------------------------------------------------------------------------
@@ -337,7 +357,7 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     cfg = cache_config()
     lexical_t, intent_t, slot_t = cfg.semantic_threshold, cfg.intent_cosine, cfg.slot_cosine
     found = idx.search(vec, cfg.semantic_candidates)  # nearest first, exact cosines
-    floor = min(lexical_t, intent_t, slot_t, cfg.promote_min_cosine)
+    floor = min(lexical_t, intent_t, slot_t, cfg.align_cosine, cfg.promote_min_cosine)
     candidates = [n for n, sim in enumerate(found.sims) if sim >= floor]
     if not candidates:
         return None
@@ -345,6 +365,7 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
     if model is not None and model.dim != vec.shape[0]:
         model = None
     resolved = model.resolve(np.vstack([vec[None, :], found.vectors[candidates]])) if model is not None else None
+    aligned = _aligner(cfg.word_cosine) if cfg.align_cosine <= 1.0 else None
     passing: list[tuple[int, float, str]] = []  # (index row, cosine, rule)
     verifiable: list[tuple[int, float]] = []  # refused by the rules; a verified cosine may serve them
     for n, i in enumerate(candidates):
@@ -359,6 +380,8 @@ def lookup(*, question: str, scope: str, embedding: np.ndarray | None) -> CacheH
             intent_confidence=cfg.intent_confidence,
             max_extra=cfg.guard_max_extra,
             slot_threshold=slot_t,
+            aligned=aligned,
+            align_threshold=cfg.align_cosine,
         )
         if verdict.ok:
             passing.append((i, sim, verdict.rule))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lib.text import CJK_CLASS
@@ -650,6 +651,8 @@ def semantic_verdict(
     intent_confidence: float,
     max_extra: int = 0,
     slot_threshold: float = 2.0,
+    aligned: Callable[[str, str], tuple[bool, str]] | None = None,
+    align_threshold: float = 2.0,
 ) -> Verdict:
     """The semantic cache's hit rule for one candidate (pure; the caller computed the cosine).
 
@@ -670,20 +673,39 @@ def semantic_verdict(
        predate it).
     4. Otherwise the strict lexical rule: ``similarity >= lexical_threshold`` and :func:`guard`
        with ``max_extra`` added content words (``"lexical"``).
+
+    With ``aligned`` (``(question, cached_question) -> (ok, reason)``, the word alignment of
+    ``cache_layer.alignment``) and ``align_threshold`` at most 1, every rule above also needs the
+    two questions to align (no word on either side left unexplained; else the alignment's reason),
+    and an aligned pair at or above ``align_threshold`` is a hit of its own (``"aligned"``).
     Thresholds are cosines in [-1, 1]; confidences in [0, 1].
     """
     ok, reason = hard_guard(question, cached_question)
     if not ok:
         return Verdict(False, reason)
+    same_intent = False
     if resolved is not None:
         a, b = resolved
         ia, ib = getattr(a, "intent", "other"), getattr(b, "intent", "other")
         ca, cb = getattr(a, "confidence", 0.0), getattr(b, "confidence", 0.0)
-        if ia != "other" and ib != "other" and min(ca, cb) >= intent_confidence:
-            if ia != ib:
-                return Verdict(False, "intent_differs")
-            if similarity >= intent_threshold:
-                return Verdict(True, "same_intent")
+        confident = ia != "other" and ib != "other" and min(ca, cb) >= intent_confidence
+        if confident and ia != ib:
+            return Verdict(False, "intent_differs")
+        same_intent = confident and ia == ib
+    if aligned is not None and align_threshold <= 1.0:
+        if similarity < min(align_threshold, lexical_threshold, intent_threshold, slot_threshold):
+            return Verdict(False, "below_threshold")
+        ok, reason = aligned(question, cached_question)
+        if not ok:
+            return Verdict(False, reason)
+    if same_intent and similarity >= intent_threshold:
+        return Verdict(True, "same_intent")
+    if (
+        aligned is not None
+        and similarity >= align_threshold
+        and slots_agree(question, cached_question, every_slot=True)[0]
+    ):
+        return Verdict(True, "aligned")
     if (
         similarity >= slot_threshold
         and anchored(question)

@@ -115,7 +115,7 @@ def _iso(value: Any) -> str | None:
 
 def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
-    ``{"id", "status", "agent", "locale", "time_zone", "waiting_since", "updated_at", "reason",
+    ``{"id", "status", "agent", "assignee": {"id", "name"} | None (chat.assignment), "locale", "time_zone", "waiting_since", "updated_at", "reason",
     "contact_email", "customer": {"id", "name", "email"} | None (a verified customer, chat.identity),
     "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None,
     "last_shopper": {"seq", "text" (≤200 code points), "at" (ISO 8601)} | None}``.
@@ -137,6 +137,8 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "id",
         "status",
         "agent_name",
+        "assignee_id",
+        "assignee_name",
         "locale",
         "time_zone",
         "waiting_since",
@@ -169,6 +171,9 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                 "id": str(r["id"]),
                 "status": r["status"],
                 "agent": r["agent_name"],
+                "assignee": (
+                    {"id": r["assignee_id"], "name": r["assignee_name"]} if r["assignee_id"] is not None else None
+                ),
                 "locale": r["locale"],
                 "time_zone": r["time_zone"],
                 "waiting_since": _iso(r["waiting_since"]),

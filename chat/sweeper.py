@@ -29,7 +29,7 @@ from django.core.cache import cache
 
 from routing import services as router
 
-from . import answering, availability, events, services, streams
+from . import answering, assignment, availability, events, services, streams
 from .models import ConversationStatus
 
 log = logging.getLogger(__name__)
@@ -178,6 +178,10 @@ async def _sweep() -> None:
             await release_gone_agents()
         except Exception:  # the task's edge: a failed sweep is logged and tried again next time
             log.exception("releasing the conversations of gone agents failed")
+        try:
+            await assignment.sweep()
+        except Exception:  # the task's edge, as above
+            log.exception("releasing or auto-assigning conversations failed")
         try:
             await finish_orphaned_answers()
         except Exception:  # the task's edge, as above

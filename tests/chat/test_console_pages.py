@@ -225,7 +225,9 @@ CONSOLE_PAGE_BUDGET = 4
 #: RELEASE: 5), canned replies, the three sections' first pages (one query each, their last
 #: messages as subqueries: 3), the counts, agents online. Measured on this commit. A budget may
 #: rise only in a commit that says why.
-CONNECT_BUDGET = 15
+#: Issue 32: + 1, who is online and away (chat.assignment.team: one query), sent to the other
+#: consoles and in ``ready``.
+CONNECT_BUDGET = 16
 
 
 def test_the_console_page_sends_a_bounded_number_of_statements(client: Any) -> None:

@@ -72,7 +72,7 @@ def test_two_agents_share_the_queue_transfer_and_see_each_other(live_kefu, brows
         capture_output=True,
         text=True,
     ).stdout.split()
-    assert assigned == ["2"]
+    assert assigned[-1] == "2"  # the last line (Django's shell may first say what it imported)
     # Each was alerted of their own only.
     expect(alice.locator("#alerts .alert--assigned")).to_have_count(1)
     expect(bob.locator("#alerts .alert--assigned")).to_have_count(1)

@@ -99,7 +99,7 @@ async def test_two_workers_never_assign_one_conversation_twice_nor_past_the_limi
             await carol.send(json.dumps({"type": "take_over", "conversation": cid}))
 
         # Carol's console gets every assignment frame, from both workers (one Redis layer).
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
                 f = await recv(carol, timeout=2)

@@ -144,7 +144,10 @@
     if (!S.open) return;
     const to = $("assign-to").value;
     const note = $("assign-note").value.trim();
-    if (k.send({ type: "assign", conversation: S.open, agent: to ? Number(to) : null, note })) $("assign-note").value = "";
+    if (k.send({ type: "assign", conversation: S.open, agent: to ? Number(to) : null, note })) {
+      $("assign-note").value = "";
+      $("assign-menu").open = false;
+    }
   });
 
   $("away").addEventListener("change", (e) => {

@@ -80,6 +80,7 @@ def test_two_agents_share_the_queue_transfer_and_see_each_other(live_kefu, brows
     # Alice opens hers and transfers it to Bob with a note: the alert moves to him.
     row(alice, "first question").locator("button").click()
     expect(alice.locator("#detail-assignee")).to_have_text("Assigned to you", timeout=20000)
+    alice.click("#assign-menu > summary")
     alice.select_option("#assign-to", label="Bob")
     alice.fill("#assign-note", "VIP, wants a refund")
     alice.click("#btn-assign")

@@ -32,7 +32,7 @@ from django.utils import timezone
 from lib import sandbox
 from routing import services as router
 
-from . import availability, events, presence, services
+from . import assignment, availability, events, presence, services
 from .models import Conversation, ConversationStatus, Message, Role
 from .selectors import console_rows
 
@@ -192,11 +192,15 @@ async def _published(conversation_id: uuid.UUID, esc: services.Escalation) -> No
     if esc.notice is not None:
         await events.publish(conversation_id, events.message_frame(esc.notice))
     if esc.entered and not sandbox.active():  # a bot test's handoff alerts no agent (lib.sandbox)
+        # Assigned first (KEFU_AUTO_ASSIGN): the row then names the assignee, and only their
+        # console alerts (chat.assignment).
+        assigned = await assignment.auto_assign_now(conversation_id)
         row = await database_sync_to_async(conversation_row)(conversation_id=conversation_id)
         if row is not None:
             await events.publish_agents(
                 {"type": "handoff", "conversation": row["id"], "info": row, "packet": esc.packet}
             )
+        await assignment.publish(assigned)
 
 
 def conversation_row(*, conversation_id: uuid.UUID) -> dict[str, Any] | None:

@@ -68,6 +68,14 @@ class Conversation(models.Model):
     agent = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The conversation's assignee (issue 32): the agent who owns it, which is not a take-over (the
+    # conversation keeps waiting and the bot keeps helping until the assignee takes it over).
+    # Set by an assignment (manual, transfer, "assign to me", round-robin: chat.assignment) and by
+    # a take-over; cleared when the assignee goes away or their lease runs out. Null: Unassigned.
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    assignee_name = models.CharField(max_length=150, blank=True)
     handoff_reason = models.CharField(max_length=200, blank=True)
     # When it entered the agents' queue (status ``waiting_agent``); the console lists the longest wait first.
     waiting_since = models.DateTimeField(null=True, blank=True)
@@ -348,6 +356,21 @@ class AgentLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id} until {self.expires_at:%H:%M:%S}"
+
+
+class AgentState(models.Model):
+    """An agent's standing for assignment (chat.assignment): ``away`` (no assignments, no alerts;
+    shown in presence) and ``last_assigned_at``, the round-robin's turn (the agent assigned longest
+    ago comes first). Auto-assignment locks the rows of the candidates (``SELECT ... FOR UPDATE``)
+    so two workers decide one after the other."""
+
+    agent = models.OneToOneField(settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+")
+    away = models.BooleanField(default=False)
+    last_assigned_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}{' (away)' if self.away else ''}"
 
 
 class UsedIdentityToken(models.Model):

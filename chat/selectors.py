@@ -149,7 +149,7 @@ def _label_ids(raw: str | None) -> list[int]:
 
 def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
     """Rows of the console list for ``queryset`` (one query, whatever the number of rows):
-    ``{"id", "status", "agent", "agent_id" (the holder's user id, or None), "locale", "time_zone", "waiting_since", "updated_at", "reason",
+    ``{"id", "status", "agent", "agent_id" (the holder's user id, or None), "assignee": {"id", "name"} | None (chat.assignment), "locale", "time_zone", "waiting_since", "updated_at", "reason",
     "contact_email", "customer": {"id", "name", "email"} | None (a verified customer, chat.identity),
     "last_message": {"seq", "role", "text" (≤200 code points), "route"?, "agent"?} | None,
     "last_shopper": {"seq", "text" (≤200 code points), "at" (ISO 8601)} | None,
@@ -178,6 +178,8 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
         "status",
         "agent_name",
         "agent_id",
+        "assignee_id",
+        "assignee_name",
         "locale",
         "time_zone",
         "waiting_since",
@@ -212,6 +214,9 @@ def console_rows(*, queryset: QuerySet[Conversation]) -> list[dict[str, Any]]:
                 "status": r["status"],
                 "agent": r["agent_name"],
                 "agent_id": r["agent_id"],
+                "assignee": (
+                    {"id": r["assignee_id"], "name": r["assignee_name"]} if r["assignee_id"] is not None else None
+                ),
                 "locale": r["locale"],
                 "time_zone": r["time_zone"],
                 "waiting_since": _iso(r["waiting_since"]),
@@ -266,9 +271,13 @@ class BadCursor(ValueError):
 
 def mine_q(user: Any) -> Q:
     """The conversations of agent ``user``'s Mine view: those they hold (taken over, status
-    ``agent``). One filter, so that Mine can grow (e.g. "assigned to me") in one place; every
-    open conversation it matches must also be in All open."""
-    return Q(status=ConversationStatus.AGENT, agent_id=getattr(user, "pk", None))
+    ``agent``) and those assigned to them that are still open (issue 32). One filter; every
+    conversation it matches is also in All open."""
+    pk = getattr(user, "pk", None)
+    # Held, or assigned and still open (the same rule as chat.assignment.assigned_q, kept here
+    # because chat.assignment reads the selectors).
+    open_statuses = (ConversationStatus.WAITING_AGENT, ConversationStatus.AGENT, ConversationStatus.BOT)
+    return Q(status=ConversationStatus.AGENT, agent_id=pk) | Q(assignee_id=pk, status__in=open_statuses)
 
 
 def _section(status: str, user: Any = None) -> QuerySet[Conversation]:

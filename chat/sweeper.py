@@ -30,7 +30,7 @@ from django.core.cache import cache
 from lib.background import Background
 from routing import services as router
 
-from . import answering, availability, events, services, shopper_presence, streams, tasks
+from . import answering, assignment, availability, events, services, shopper_presence, streams, tasks
 from .models import ConversationStatus
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,10 @@ async def _sweep() -> None:
             await release_gone_agents()
         except Exception:  # the task's edge: a failed sweep is logged and tried again next time
             log.exception("releasing the conversations of gone agents failed")
+        try:
+            await assignment.sweep()
+        except Exception:  # the task's edge, as above
+            log.exception("releasing or auto-assigning conversations failed")
         try:
             await finish_orphaned_answers()
         except Exception:  # the task's edge, as above

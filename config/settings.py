@@ -387,6 +387,15 @@ if KEFU_WS_MAX_MESSAGE_BYTES < 64 * 1024:
         "(a shopper message of KEFU_MAX_MESSAGE_CHARS code points must fit)"
     )
 KEFU_AGENT_SWEEP_S = env.float("KEFU_AGENT_SWEEP_S", default=5.0)
+# Assignment (chat/assignment.py, docs/console.md#assignment): with KEFU_AUTO_ASSIGN on, every
+# sweep (and every new handoff) assigns each unassigned waiting conversation round-robin to an
+# online agent who is not away and owns fewer than KEFU_ASSIGN_LIMIT open conversations.
+KEFU_AUTO_ASSIGN = env.bool("KEFU_AUTO_ASSIGN", default=False)
+KEFU_ASSIGN_LIMIT = env.int("KEFU_ASSIGN_LIMIT", default=5)
+if KEFU_ASSIGN_LIMIT < 1:
+    raise ImproperlyConfigured(
+        f"KEFU_ASSIGN_LIMIT={KEFU_ASSIGN_LIMIT} must be at least 1 (open conversations per agent)"
+    )
 # A streaming answer's lease, seconds: the process streaming it renews it every third of this; one
 # whose lease ran out was left by a process that died, and the sweeper finishes it as cut and
 # answers the question again (chat/sweeper.py).

@@ -13,7 +13,7 @@ from django.utils import translation
 
 from lib import metrics
 
-from .. import answering, errors, events, presence, selectors, services, staff_text, streams, suggest
+from .. import answering, assignment, errors, events, presence, selectors, services, staff_text, streams, suggest
 from ..models import ConversationStatus, MessageState
 from ..protocol import (
     OrderActionFrame,
@@ -70,10 +70,12 @@ class AgentConsumer(FrameSocket):
         self.name = services.agent_display_name(user)
         # The router's words reach this agent in their language (chat.staff_text).
         self.language = staff_text.scope_language(self.scope)
+        await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
+        team = await database_sync_to_async(assignment.team)()
+        await assignment.publish_team(team)  # the others see this agent online (this socket: in ready)
         await self.join(events.AGENTS_GROUP)
         self.in_agents_group = True
         metrics.OPEN_SOCKETS.labels("agent").inc()
-        await database_sync_to_async(presence.lease_open)(agent_id=user.pk, channel_name=self.channel_name)
         page = settings.KEFU_CONSOLE_PAGE
         canned, (pages, nexts, counts), online = await database_sync_to_async(
             lambda: (
@@ -82,6 +84,7 @@ class AgentConsumer(FrameSocket):
                 presence.agents_online(),
             )
         )()
+        away = any(a["away"] for a in team if a["id"] == user.pk)
         await self._send(
             {
                 "type": "ready",
@@ -91,10 +94,14 @@ class AgentConsumer(FrameSocket):
                 "heartbeat_s": settings.KEFU_AGENT_HEARTBEAT_S,
                 "canned": canned,
                 "max_chars": settings.KEFU_MAX_MESSAGE_CHARS,
+                "away": away,
+                "team": team,
             }
         )
         self.mine = counts.get("mine", 0)
         await self._send_rows({"type": "queue", "counts": counts, "page_size": page}, pages, nexts)
+        if not away:
+            await assignment.publish(await database_sync_to_async(assignment.auto_assign)())
 
     async def _send_rows(
         self,
@@ -140,6 +147,7 @@ class AgentConsumer(FrameSocket):
     async def _unfollow(self) -> None:
         if self.following is not None:
             cid, self.following = self.following, None
+            await self._collide(cid, "left")
             await self.leave(events.conversation_group(cid))
             await self.leave(events.staff_group(cid))
 
@@ -156,6 +164,14 @@ class AgentConsumer(FrameSocket):
             return
         if content["type"] == "heartbeat":
             await self.on_heartbeat()
+            if self.following is not None:  # still looking at it (collision: "viewing" expires)
+                await self._collide(self.following, "viewing")
+            return
+        if content["type"] == "away":
+            try:
+                await self.on_away(content)
+            except ProtocolError as e:
+                await self._send(self._error(e.code, e.message, content))
             return
         if content["type"] == "queue.more":
             try:
@@ -257,6 +273,7 @@ class AgentConsumer(FrameSocket):
             self.owner_epoch = 0
             await self.join(events.conversation_group(cid))
             await self.join(events.staff_group(cid))
+            await self._collide(cid, "viewing")
         page = await database_sync_to_async(selectors.console_history)(
             conversation_id=cid, before=None, limit=settings.KEFU_CONSOLE_PAGE
         )
@@ -318,6 +335,10 @@ class AgentConsumer(FrameSocket):
         if change.changed:
             await events.publish_owner_change(
                 conversation_id=cid, status=change.status, agent=change.agent, epoch=change.epoch
+            )
+            # A take-over assigns (chat.assignment): every console learns the new assignee.
+            await assignment.publish(
+                [assignment.Assignment(cid, self.user.pk, self.name, None, self.name, "take_over")]
             )
         elif change.agent_id == self.user.pk:
             await self._send(
@@ -477,6 +498,75 @@ class AgentConsumer(FrameSocket):
         if done.notice is not None:
             await events.publish(cid, events.message_frame(done.notice))
 
+    # --- team work (issue 32: chat.assignment; docs/console.md#assignment) -------------------
+    async def on_assign(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """``assign``: give the conversation to agent ``agent`` (a user id; ``"me"``: this agent;
+        null: Unassigned) with an optional ``note`` (a string, ≤ 1000 code points). Every console
+        gets the ``assignment`` frame; a conversation this agent held is transferred (``status``
+        frames). Errors: ``invalid``, ``not_agent`` (not an active agent), ``closed``,
+        ``not_owner`` (another agent holds it), ``not_found``."""
+        to = content.get("agent")
+        if to == "me":
+            to = self.user.pk
+        if to is not None and (not isinstance(to, int) or isinstance(to, bool) or to <= 0):
+            raise ProtocolError("invalid", 'agent must be an agent\'s id, "me" or null')
+        note = content.get("note", "")
+        if not isinstance(note, str) or len(note) > assignment.NOTE_MAX_CHARS or not note.isprintable():
+            raise ProtocolError("invalid", f"note must be a line of text of at most {assignment.NOTE_MAX_CHARS}")
+        try:
+            change = await database_sync_to_async(assignment.conversation_assign)(
+                conversation_id=cid, to=to, by=self.user, note=note
+            )
+        except errors.NotAgent:
+            raise ProtocolError("not_agent", "that colleague is not an active agent") from None
+        except ValueError:
+            raise ProtocolError("closed", "a closed conversation cannot be assigned") from None
+        if change is None:
+            return
+        await assignment.publish([change])
+        if change.back is not None:  # transferred: the bot answers what the shopper sent since
+            answering.answer_as_one(messages=change.back.unanswered, conversation=change.back.conversation)
+
+    async def on_away(self, content: dict[str, Any]) -> None:
+        """``away``: ``{"away": bool}``; away agents get no assignments and no alerts, and the
+        conversations assigned to them (not held) are Unassigned. Every console gets ``team``
+        (and the ``assignment`` frames). Errors: ``invalid``."""
+        away = content.get("away")
+        if not isinstance(away, bool):
+            raise ProtocolError("invalid", "away must be true or false")
+        released = await database_sync_to_async(assignment.agent_away_set)(agent=self.user, away=away)
+        await assignment.publish(released)
+        await assignment.publish_team()
+        if not away:
+            await assignment.publish(await database_sync_to_async(assignment.auto_assign)())
+
+    async def on_collide(self, cid: uuid.UUID, content: dict[str, Any]) -> None:
+        """``collide``: ``{"what": "typing" | "viewing"}``: this agent types in the conversation
+        (a reply or a note), or says again that it is looking at it (to an agent who just opened
+        it): the other agents following it get ``collision``. Errors: ``invalid``."""
+        what = content.get("what")
+        if what not in ("typing", "viewing"):
+            raise ProtocolError("invalid", 'what must be "typing" or "viewing"')
+        if self.following != cid:
+            raise ProtocolError("invalid", "open the conversation first")
+        await self._collide(cid, what)
+
+    async def _collide(self, cid: uuid.UUID, what: str) -> None:
+        """Tell the other agents following ``cid`` that this agent is ``viewing`` it, ``typing``
+        in it, or ``left`` it: a ``collision`` frame, shown for ``ttl_s`` seconds unless renewed."""
+        ttl = settings.KEFU_AGENT_HEARTBEAT_S * 3 if what == "viewing" else 6
+        await events.publish_staff(
+            cid,
+            {
+                "type": "collision",
+                "agent_id": self.user.pk,
+                "agent": self.name,
+                "channel": self.channel_name[-12:],
+                "what": what,
+                "ttl_s": ttl,
+            },
+        )
+
     HANDLERS = {
         "open": on_open,
         "history.more": on_history_more,
@@ -490,6 +580,8 @@ class AgentConsumer(FrameSocket):
         "cache.wrong": on_cache_wrong,
         "orders": on_orders,
         "order.action": on_order_action,
+        "assign": on_assign,
+        "collide": on_collide,
     }
 
     # --- group events --------------------------------------------------------------------
@@ -513,9 +605,11 @@ class AgentConsumer(FrameSocket):
         await self._send(frame)
 
     async def staff_frame(self, event: dict[str, Any]) -> None:
-        """Agents only: internal notes, the shopper's typing."""
+        """Agents only: internal notes, the shopper's typing, the other agents' ``collision``."""
         if event.get("conversation") != (str(self.following) if self.following else None):
             return
+        if event["frame"].get("type") == "collision" and event["frame"].get("channel") == self.channel_name[-12:]:
+            return  # this socket's own
         await self._send({**event["frame"], "conversation": event["conversation"]})
 
     async def agents_frame(self, event: dict[str, Any]) -> None:
@@ -543,6 +637,11 @@ class AgentConsumer(FrameSocket):
             self.mine = await database_sync_to_async(selectors.mine_count)(self.user)
             frame = {**frame, "counts": {**frame["counts"], "mine": self.mine}}
         cid = frame.get("conversation")
+        if frame["type"] in ("assignment", "team"):  # every console: the assignee's alert, presence
+            if cid is not None:
+                self.listed.add(cid)
+            await self._send(frame)
+            return
         if cid in self.listed:
             await self._send(frame)
             return

@@ -22,7 +22,7 @@ from routing import services as router
 
 from .. import mail, presence
 from ..errors import NotAgent, NotCached, NotFound, NotOwner
-from ..models import Conversation, ConversationStatus, InternalNote, Message, Role
+from ..models import AgentState, Conversation, ConversationStatus, InternalNote, Message, Role
 from ..selectors import user_is_agent
 from .attachments import attachments_link, attachments_take
 from .conversations import next_seq
@@ -94,7 +94,8 @@ def _owner_state(conversation_id: uuid.UUID, changed: bool) -> OwnerChange:
 
 
 def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerChange:
-    """``agent`` (a user) takes the conversation: status ``agent``, ``owner_epoch`` + 1.
+    """``agent`` (a user) takes the conversation: status ``agent``, ``owner_epoch`` + 1, and
+    ``agent`` is its assignee (``chat.assignment``).
 
     The guard is one conditional UPDATE (``... WHERE status <> 'agent'``): of two agents taking
     over at the same moment, exactly one row update succeeds (PostgreSQL row lock, SQLite write
@@ -104,7 +105,11 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
     """
     name = agent_display_name(agent)
     now = timezone.now()
+    AgentState.objects.bulk_create([AgentState(agent_id=agent.pk)], ignore_conflicts=True)
     with transaction.atomic():
+        # The taker's assignment row first, as auto-assignment locks it (chat.assignment): its
+        # count of the agent's open conversations then includes this one.
+        list(AgentState.objects.select_for_update().filter(agent_id=agent.pk).values_list("pk"))
         won = (
             Conversation.objects.filter(pk=conversation_id)
             .exclude(status=ConversationStatus.AGENT)
@@ -112,6 +117,9 @@ def conversation_take_over(*, conversation_id: uuid.UUID, agent: Any) -> OwnerCh
                 status=ConversationStatus.AGENT,
                 agent=agent,
                 agent_name=name,
+                # The taker owns it now (issue 32: a take-over assigns).
+                assignee=agent,
+                assignee_name=name,
                 owner_epoch=F("owner_epoch") + 1,
                 # The wait it had (SQL reads every SET's right side before the row changes).
                 queue_waited_from=Case(

@@ -138,6 +138,9 @@
 
   // --- frames --------------------------------------------------------------------------------
   function handle(f) {
+    // Every frame also goes to the console's other scripts (console_team.js: assignment, team,
+    // collision), before this one handles it.
+    document.dispatchEvent(new CustomEvent("kefu:frame", { detail: f }));
     switch (f.type) {
       case "ready":
         startHeartbeat(f.heartbeat_s);
@@ -172,7 +175,7 @@
         // count rose. Notified and counted in the title; no banner, there is no row to open.
         const before = state.counts.waiting_agent;
         state.counts = f.counts;
-        if (typeof before === "number" && (f.counts.waiting_agent || 0) > before) {
+        if (typeof before === "number" && (f.counts.waiting_agent || 0) > before && alertAllowed("waiting", null)) {
           const title = alertText("waitingMore", { count: f.counts.waiting_agent });
           desktopNotify("waiting", "list", title, "");
           beep();
@@ -452,7 +455,14 @@
     document.title = n > 0 ? `(${n}) ${alertText("title")}` : alertText("title");
   }
 
+  // Whether an alert may go to this agent: console_team.js cancels "kefu:alert" for an agent who
+  // is away, and for a conversation assigned to someone else (issue 32).
+  function alertAllowed(kind, id) {
+    return document.dispatchEvent(new CustomEvent("kefu:alert", { detail: { kind, id }, cancelable: true }));
+  }
+
   function alertFor(kind, id, text) {
+    if (!alertAllowed(kind, id)) return;
     const row = state.rows.get(id);
     const looking = id === state.open && !document.hidden;
     const title = alertText(kind, { name: displayName(row) });
@@ -606,7 +616,7 @@
     if (said && said.text) btn.append(el("span", "queue__last", said.text));
     btn.addEventListener("click", () => openConversation(row.id));
     li.append(btn);
-    document.dispatchEvent(new CustomEvent("kefu:row", { detail: { row, el: btn } })); // labels: console_context.js
+    document.dispatchEvent(new CustomEvent("kefu:row", { detail: { row, el: btn, li } })); // labels: console_context.js; the assignee: console_team.js
     return li;
   }
 
@@ -1225,6 +1235,14 @@
     const input = $("note");
     if (input.value.trim() && state.open && send({ type: "note", conversation: state.open, text: input.value })) input.value = "";
   });
+
+  // What the console's other scripts (console_team.js) may read and call.
+  window.kefuConsole = {
+    state, send, openConversation, alertFor, dropAlert, renderLists, notify, displayName, mine,
+    take: () => $("btn-take").click(),
+    handBack: () => $("btn-back").click(),
+    close: () => $("btn-close").click(),
+  };
 
   connect();
 })();

@@ -49,8 +49,12 @@ beat: install
 # tests wait on the servers, workers and browsers they start (a full run used ~45% of 2 cores with
 # one process per core; 13 min with two per core against 21.6 min with one, same machine).
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+# One thread per native math pool (lib/native_threads.py) in every test process and the servers
+# the tests start, set before pytest loads anything: set later, four workers' spinning pools on
+# two cores made the router's warm-up take 50 s instead of 15 s per worker, past the 120 s timeout.
+NATIVE_THREADS := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1}
 test: install
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(NATIVE_THREADS) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Lint, format, types and the import contracts of docs/architecture.md. Runs before every commit and in CI.
 check: install

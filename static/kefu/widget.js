@@ -645,28 +645,40 @@
   progress.hidden = true;
   below.append(progress, error, hint, counter);
   // The e-mail form, offered while the shopper waits and no one from the team is online.
-  const contactBox = h("div", "kefu-contact");
-  contactBox.hidden = true;
-  const contactText = h("p", "kefu-contact__text", T.contactPrompt);
-  contactText.id = "kefu-contact-text";
-  const contactForm = h("form", "kefu-contact__form");
-  contactForm.noValidate = true;
-  const contactLabel = h("label", "kefu-sr", T.contactLabel);
-  contactLabel.htmlFor = "kefu-contact-email";
-  const contactInput = h("input", "kefu-contact__input");
-  contactInput.id = "kefu-contact-email";
-  contactInput.type = "email";
-  contactInput.autocomplete = "email";
-  contactInput.maxLength = 254;
-  contactInput.placeholder = "name@example.com";
-  contactInput.setAttribute("aria-describedby", "kefu-contact-text kefu-contact-error");
-  const contactBtn = h("button", "kefu-contact__save", T.contactSave);
-  contactBtn.type = "submit";
-  const contactError = h("p", "kefu-contact__error");
-  contactError.id = "kefu-contact-error";
-  contactError.setAttribute("role", "alert");
-  contactForm.append(contactLabel, contactInput, contactBtn);
-  contactBox.append(contactText, contactForm, contactError);
+  // An e-mail form (this one, and the transcript's after a conversation closes): its box, hidden,
+  // with a prompt, a labelled e-mail input, a submit button and an error line, all named `kefu-NAME…`.
+  function emailForm(name, prompt, save) {
+    const box = h("div", `kefu-${name}`);
+    box.hidden = true;
+    const text = h("p", `kefu-${name}__text`, prompt);
+    text.id = `kefu-${name}-text`;
+    const form = h("form", `kefu-${name}__form`);
+    form.noValidate = true;
+    const label = h("label", "kefu-sr", T.contactLabel);
+    label.htmlFor = `kefu-${name}-email`;
+    const input = h("input", `kefu-${name}__input`);
+    input.id = `kefu-${name}-email`;
+    input.type = "email";
+    input.autocomplete = "email";
+    input.maxLength = 254;
+    input.placeholder = "name@example.com";
+    input.setAttribute("aria-describedby", `kefu-${name}-text kefu-${name}-error`);
+    const btn = h("button", `kefu-${name}__save`, save);
+    btn.type = "submit";
+    const error = h("p", `kefu-${name}__error`);
+    error.id = `kefu-${name}-error`;
+    error.setAttribute("role", "alert");
+    form.append(label, input, btn);
+    box.append(text, form, error);
+    return { box, text, form, input, btn, error };
+  }
+  const {
+    box: contactBox,
+    form: contactForm,
+    input: contactInput,
+    btn: contactBtn,
+    error: contactError,
+  } = emailForm("contact", T.contactPrompt, T.contactSave);
   footer.append(contactBox, form, below);
 
   panel.append(header, log, footer, announcer);
@@ -1943,28 +1955,13 @@
       failed: "抱歉，对话记录发送失败，请重试。",
     },
   }[UI];
-  const transcriptBox = h("div", "kefu-transcript");
-  transcriptBox.hidden = true;
-  const transcriptText = h("p", "kefu-transcript__text", TRANSCRIPT_T.prompt);
-  transcriptText.id = "kefu-transcript-text";
-  const transcriptForm = h("form", "kefu-transcript__form");
-  transcriptForm.noValidate = true;
-  const transcriptLabel = h("label", "kefu-sr", T.contactLabel);
-  transcriptLabel.htmlFor = "kefu-transcript-email";
-  const transcriptInput = h("input", "kefu-transcript__input");
-  transcriptInput.id = "kefu-transcript-email";
-  transcriptInput.type = "email";
-  transcriptInput.autocomplete = "email";
-  transcriptInput.maxLength = 254;
-  transcriptInput.placeholder = "name@example.com";
-  transcriptInput.setAttribute("aria-describedby", "kefu-transcript-text kefu-transcript-error");
-  const transcriptBtn = h("button", "kefu-transcript__save", TRANSCRIPT_T.send);
-  transcriptBtn.type = "submit";
-  const transcriptError = h("p", "kefu-transcript__error");
-  transcriptError.id = "kefu-transcript-error";
-  transcriptError.setAttribute("role", "alert");
-  transcriptForm.append(transcriptLabel, transcriptInput, transcriptBtn);
-  transcriptBox.append(transcriptText, transcriptForm, transcriptError);
+  const {
+    box: transcriptBox,
+    form: transcriptForm,
+    input: transcriptInput,
+    btn: transcriptBtn,
+    error: transcriptError,
+  } = emailForm("transcript", TRANSCRIPT_T.prompt, TRANSCRIPT_T.send);
   contactBox.after(transcriptBox);
   let transcriptSent = null; // the conversation whose transcript was asked for
 

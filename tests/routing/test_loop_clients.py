@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from fake_openai import Behaviour, running_fake_openai  # noqa: E402
 
-TASKS = 1000
+TASKS = 400
 SUMMARY = "The shopper asked about the oak side table and the linen sofa cover."
 
 SEED = f"""
@@ -63,7 +63,7 @@ def clients(redis: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(900)
-def test_a_celery_worker_holds_the_same_redis_connections_after_1000_tier_calls(
+def test_a_celery_worker_holds_the_same_redis_connections_after_400_tier_calls(
     private_redis: Any, pg_database: str, tmp_path: Path
 ) -> None:
     with running_fake_openai(default=Behaviour(text=SUMMARY)) as upstream:
@@ -99,20 +99,21 @@ def test_a_celery_worker_holds_the_same_redis_connections_after_1000_tier_calls(
             after_100 = clients(redis)
             opened_100 = redis.info("stats")["total_connections_received"]
             wait_for(TASKS)
-            after_1000 = clients(redis)
-            opened_1000 = redis.info("stats")["total_connections_received"]
+            after_all = clients(redis)
+            opened_all = redis.info("stats")["total_connections_received"]
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(30)
         assert len(upstream.requests) >= TASKS  # every task called the tier
         assert private_redis.client().keys("kefu-tiers*")  # and asked the tier's rate budget in Redis
-    names = Counter(str(c.get("name") or "(unnamed)") for c in after_1000)
-    counts = f"{len(after_100)} clients after 100 tasks, {len(after_1000)} after {TASKS}: {dict(names)}"
+    names = Counter(str(c.get("name") or "(unnamed)") for c in after_all)
+    counts = f"{len(after_100)} clients after 100 tasks, {len(after_all)} after {TASKS}: {dict(names)}"
     # Each task opened its own connections (the tier's rate budget on the task's event loop)...
-    assert opened_1000 - opened_100 >= TASKS - 100, counts
-    # ...and closed them: 900 more tasks left no connection open (before the fix: ~900 more).
-    assert len(after_1000) <= len(after_100) + 2, counts
-    assert len(after_1000) <= 20, counts
+    assert opened_all - opened_100 >= TASKS - 100, counts
+    # ...and closed them: 300 more tasks left no connection open (before the fix: one more per task,
+    # ~300; a leak of one connection in 150 tasks still fails here).
+    assert len(after_all) <= len(after_100) + 2, counts
+    assert len(after_all) <= 20, counts
 
 
 def test_per_loop_objects_are_closed_when_their_loop_ends() -> None:

@@ -902,6 +902,12 @@ class ShopifyAdapter:
                 return True
             pause = min(1.0, pause * 2 or 0.1)
 
+    def query(self, operation: str, document: str, variables: JSON) -> JSON:
+        """POST one read-only GraphQL ``document`` (operation name ``operation``) within this
+        adapter's ``timeout_s``; its ``data``. Every failure is ``StoreError("upstream")`` as for
+        the actions. For the catalog sync (``store.adapters.shopify_catalog``)."""
+        return self._graphql(operation, document, variables, _Deadline(self.timeout_s))
+
     def _graphql(self, operation: str, query: str, variables: JSON, deadline: _Deadline) -> JSON:
         """POST one GraphQL operation; its ``data``. Every failure is ``StoreError("upstream")``."""
         left = deadline.left()

@@ -25,8 +25,9 @@ https://shopify.dev/docs/apps/build/markets/manage-translated-content: keys ``ti
 ``body_html``).
 
 Mapping (:func:`records_from_node`; see docs/products.md, "Shopify"): the product's ``sku`` is its
-``handle`` (letters, digits and ``-``, what its page's address holds); a variant's is its ``sku``,
-or ``<handle>-<numeric variant id>`` when the shop gave it none. A product whose only variant is
+``handle`` (letters, digits and ``-``, what its page's address holds; cut to 64 characters with
+its numeric id when longer); a variant's is its ``sku``, or ``<handle>-<numeric variant id>``
+when the shop gave none, one kefu cannot key by, or one another variant of the product has. A product whose only variant is
 Shopify's ``Title: Default Title`` has no variants in kefu: its price and stock are that
 variant's. Otherwise the product's price is its lowest variant price and each variant keeps its
 own. Stock is ``inventoryQuantity``: units available at all locations together. The first of
@@ -63,6 +64,7 @@ MAX_VARIANTS = 100
 
 JSON = dict[str, Any]
 _LOCALE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
+_SKU = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$")  # store.catalog's sku
 _DEFAULT_TITLE = [{"name": "Title", "value": "Default Title"}]
 _GID_PRODUCT = "gid://shopify/Product/"
 _GID_INVENTORY_ITEM = "gid://shopify/InventoryItem/"
@@ -174,9 +176,25 @@ def product_of_inventory_item(adapter: ShopifyAdapter, inventory_item_id: int | 
     return pid if isinstance(pid, str) and pid.startswith(_GID_PRODUCT) else None
 
 
-def _variant_sku(handle: str, node: Mapping[str, Any]) -> str:
+def _product_sku(node: Mapping[str, Any]) -> str:
+    """The product's ``handle``; one longer than a catalog sku allows is cut and given the
+    product's numeric id (still unique)."""
+    handle = str(node.get("handle") or "")
+    if len(handle) <= 64:
+        return handle
+    suffix = "-" + _numeric(str(node.get("id") or ""))
+    return handle[: 64 - len(suffix)].rstrip("-") + suffix
+
+
+def _variant_sku(handle: str, node: Mapping[str, Any], taken: set[str]) -> str:
+    """The variant's ``sku``, or ``<handle>-<numeric variant id>`` when the shop gave none, one
+    the catalog cannot key by (spaces, other signs, over 64 characters), or one an earlier
+    variant of the product has (Shopify does not require SKUs to be unique)."""
     sku = str(node.get("sku") or "").strip()
-    return sku or f"{handle}-{_numeric(str(node.get('id') or ''))}"
+    if not _SKU.match(sku) or sku in taken:
+        sku = f"{handle[:40]}-{_numeric(str(node.get('id') or ''))}"
+    taken.add(sku)
+    return sku
 
 
 def records_from_node(node: Mapping[str, Any], *, currency: str, locales: tuple[str, ...]) -> list[JSON]:
@@ -185,8 +203,9 @@ def records_from_node(node: Mapping[str, Any], *, currency: str, locales: tuple[
     ``ACTIVE`` gives ``[]``."""
     if str(node.get("status") or "").upper() != "ACTIVE":
         return []
-    handle = str(node.get("handle") or "")
+    handle = _product_sku(node)
     variants = [v for v in (node.get("variants") or {}).get("nodes") or [] if isinstance(v, dict)]
+    taken: set[str] = set()
     prices = [str(v.get("price")) for v in variants if v.get("price") not in (None, "")]
     lowest = min(prices, key=float) if prices else None
     base: JSON = {
@@ -204,7 +223,7 @@ def records_from_node(node: Mapping[str, Any], *, currency: str, locales: tuple[
     else:
         base["variants"] = [
             {
-                "sku": _variant_sku(handle, v),
+                "sku": _variant_sku(handle, v, taken),
                 "options": {
                     str(o.get("name")): str(o.get("value"))
                     for o in v.get("selectedOptions") or []

@@ -250,3 +250,24 @@ async def test_a_stock_change_reaches_the_next_answer_over_the_socket(shop, make
         assert end["model"] is None and len(shop.sent("product")) == 1  # the webhook's read-back only
     finally:
         catalog.snapshot = type(catalog.snapshot)()
+
+
+def test_skus_the_catalog_cannot_key_by_get_the_variant_id():
+    from shopify_fake import initial_products
+
+    from store.adapters.shopify_catalog import records_from_node
+
+    node = dict(initial_products()[0])
+    node["handle"] = "h" * 70
+    node["variants"] = {
+        "nodes": [
+            {"id": "gid://shopify/ProductVariant/1", "sku": "AB 12", "price": "3.00", "selectedOptions": []},
+            {"id": "gid://shopify/ProductVariant/2", "sku": "AB-12", "price": "2.50", "selectedOptions": []},
+            {"id": "gid://shopify/ProductVariant/3", "sku": "AB-12", "price": "4.00", "selectedOptions": []},
+        ]
+    }
+    (record,) = records_from_node(node, currency="USD", locales=("en",))
+    assert record["sku"] == "h" * 45 + "-788032119674292922" and len(record["sku"]) == 64
+    assert [v["sku"] for v in record["variants"]] == ["h" * 40 + "-1", "AB-12", "h" * 40 + "-3"]
+    assert record["price"] == "2.50"
+    assert records_from_node({**node, "status": "ARCHIVED"}, currency="USD", locales=("en",)) == []

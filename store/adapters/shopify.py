@@ -979,7 +979,8 @@ def _raise_for_status(operation: str, response: httpx2.Response, api_version: st
     elif status == 403:
         message = (
             "Shopify refused access (HTTP 403): the access token lacks a scope "
-            "(read_orders, write_orders, read_returns, write_returns); retrying will not help"
+            "(orders: read_orders, write_orders, read_returns, write_returns; the catalog: read_products, "
+            "read_inventory, read_translations); retrying will not help"
         )
     elif status in (402, 423):
         message = f"the Shopify shop is {'frozen (unpaid)' if status == 402 else 'locked'} (HTTP {status})"

@@ -522,6 +522,15 @@ if KEFU_STORE_ADAPTER == "shopify" and not KEFU_STORE_OPTIONS:
         "access_token": KEFU_SHOPIFY_ACCESS_TOKEN,
         "timeout_s": max(0.5, KEFU_STORE_TIMEOUT_S - 0.5),
     }
+# The catalog from Shopify (docs/products.md, "Shopify"): `manage.py sync_products` and the webhooks
+# at /api/store/shopify/webhooks. The shop's own language first, then the translations read (en,zh-CN).
+KEFU_SHOPIFY_LOCALES = env.str("KEFU_SHOPIFY_LOCALES", default="en")
+# The app's client secret: webhooks are signed with it (X-Shopify-Hmac-Sha256); "" turns them off (404).
+KEFU_SHOPIFY_WEBHOOK_SECRET = env.str("KEFU_SHOPIFY_WEBHOOK_SECRET", default="")
+# Seconds one catalog request to Shopify may take (a sync page, a webhook's read-back).
+KEFU_SHOPIFY_SYNC_TIMEOUT_S = env.float("KEFU_SHOPIFY_SYNC_TIMEOUT_S", default=30.0)
+# Seconds a delivery's X-Shopify-Webhook-Id is kept to ignore its replays (Shopify retries for 48 h).
+KEFU_SHOPIFY_WEBHOOK_KEEP_S = env.int("KEFU_SHOPIFY_WEBHOOK_KEEP_S", default=7 * 24 * 3600)
 # How long a "yes" still confirms a change the bot offered (cancel, return, new address), seconds.
 KEFU_STORE_CONFIRM_TTL_S = env.int("KEFU_STORE_CONFIRM_TTL_S", default=900)
 # At most this many tool calls in one remote answer (each is a store call and a model round).

@@ -8,6 +8,7 @@ from ops import candidates_views
 from ops import views as ops_views
 from routing import views as canary_views
 from routing.gateway import views as gateway_views
+from store import webhooks as store_webhooks
 
 urlpatterns = [
     path("", views.storefront, name="storefront"),
@@ -19,6 +20,8 @@ urlpatterns = [
     path("api/chat/attachments/<str:signed>", attachment_views.attachment_serve, name="attachment-serve"),
     # OpenAI-compatible gateway (docs/routing.md, "Gateway"): base URL http://HOST/v1 for any OpenAI client.
     path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat-completions"),
+    # Shopify's catalog webhooks (docs/products.md, "Shopify"): the store's own face, like the gateway.
+    path("api/store/shopify/webhooks", store_webhooks.shopify_webhook, name="shopify-webhooks"),
     # The widget's exchange of an e-mail's resume code (docs/email.md).
     path("api/chat/resume", mail_views.resume, name="chat-resume"),
     path("api/chat/transcript", mail_views.transcript, name="chat-transcript"),

@@ -379,6 +379,48 @@ def import_catalog(path: Path, *, prune: bool = False) -> CatalogImportResult:
     return result
 
 
+def write_product(records: list[ProductRecord], *, shopify_id: str, result: CatalogImportResult) -> None:
+    """Make the catalog's product ``shopify_id`` exactly ``records`` (its languages; all of one
+    ``sku``), inside the caller's transaction: a product whose ``handle`` changed keeps its row
+    under the new ``sku``, languages not among ``records`` are deleted, and so are the variants
+    when the records list none. Raises ``BadProductRecord`` (nothing written by it then, when the
+    caller holds a savepoint)."""
+    sku = records[0].sku
+    renamed = Product.objects.filter(shopify_id=shopify_id).exclude(sku=sku).first()
+    if renamed is not None:
+        if Product.objects.filter(sku=sku).exists():
+            raise BadProductRecord(records[0].line, f"sku {sku!r} already belongs to another product")
+        result.changed.add(renamed.sku)
+        renamed.sku = sku
+        renamed.save()
+    for record in records:
+        _write(record, result)
+    product = Product.objects.get(sku=sku)
+    changed = product.shopify_id != shopify_id
+    product.shopify_id = shopify_id
+    if records[0].variants is None and ProductVariant.objects.filter(product=product).delete()[0]:
+        changed = True
+    stale = ProductText.objects.filter(product=product).exclude(locale__in=[r.locale for r in records])
+    pruned = stale.delete()[0]
+    result.pruned += pruned
+    if changed or pruned:
+        product.save()  # touches updated_at: the router's catalog index polls it
+        result.changed.add(sku)
+
+
+def delete_products(*, keep_shopify_ids: set[str] | None = None, shopify_id: str = "") -> set[str]:
+    """Delete the product ``shopify_id``, or (``keep_shopify_ids`` given) every product whose
+    Shopify id is not among them, file-imported ones included (a full sync makes the catalog the
+    shop's). The deleted skus."""
+    if keep_shopify_ids is not None:
+        doomed = Product.objects.exclude(shopify_id__in=keep_shopify_ids)
+    else:
+        doomed = Product.objects.filter(shopify_id=shopify_id) if shopify_id else Product.objects.none()
+    skus = set(doomed.values_list("sku", flat=True))
+    doomed.delete()
+    return skus
+
+
 def catalog_fingerprint() -> tuple[int, int, str]:
     """``(products, texts, latest update)``: changes whenever an import changed anything (one query
     each for the two counts' aggregate)."""

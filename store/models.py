@@ -118,9 +118,11 @@ class Product(models.Model):
     shares. ``price``: in ``currency`` (ISO 4217), the price of a variant with none of its own;
     ``stock``: units on hand for a product without variants (None: not tracked); ``updated_at``:
     touched by every import that changed the product, its texts or its variants (the router's
-    catalog index polls it)."""
+    catalog index polls it); ``shopify_id``: the product's Shopify gid
+    (``"gid://shopify/Product/108828309"``) when ``sync_products`` or a webhook wrote it, else ""."""
 
     sku = models.CharField(max_length=64, unique=True)
+    shopify_id = models.CharField(max_length=64, blank=True, db_index=True)
     price = models.DecimalField(max_digits=12, decimal_places=2)
     currency = models.CharField(max_length=3)
     stock = models.IntegerField(null=True, blank=True)
@@ -174,3 +176,19 @@ class ProductVariant(models.Model):
 
     def __str__(self) -> str:
         return self.sku
+
+
+class ShopifyWebhook(models.Model):
+    """A Shopify webhook delivery kefu applied, by its ``X-Shopify-Webhook-Id`` (unique: a replayed
+    or retried delivery finds its id here and is ignored, in every process and after a restart).
+    Rows older than ``KEFU_SHOPIFY_WEBHOOK_KEEP_S`` are deleted as new deliveries arrive."""
+
+    webhook_id = models.CharField(max_length=64, unique=True)
+    topic = models.CharField(max_length=64)
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.topic} {self.webhook_id}"

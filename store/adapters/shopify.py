@@ -902,6 +902,12 @@ class ShopifyAdapter:
                 return True
             pause = min(1.0, pause * 2 or 0.1)
 
+    def query(self, operation: str, document: str, variables: JSON) -> JSON:
+        """POST one read-only GraphQL ``document`` (operation name ``operation``) within this
+        adapter's ``timeout_s``; its ``data``. Every failure is ``StoreError("upstream")`` as for
+        the actions. For the catalog sync (``store.adapters.shopify_catalog``)."""
+        return self._graphql(operation, document, variables, _Deadline(self.timeout_s))
+
     def _graphql(self, operation: str, query: str, variables: JSON, deadline: _Deadline) -> JSON:
         """POST one GraphQL operation; its ``data``. Every failure is ``StoreError("upstream")``."""
         left = deadline.left()
@@ -973,7 +979,8 @@ def _raise_for_status(operation: str, response: httpx2.Response, api_version: st
     elif status == 403:
         message = (
             "Shopify refused access (HTTP 403): the access token lacks a scope "
-            "(read_orders, write_orders, read_returns, write_returns); retrying will not help"
+            "(orders: read_orders, write_orders, read_returns, write_returns; the catalog: read_products, "
+            "read_inventory, read_translations); retrying will not help"
         )
     elif status in (402, 423):
         message = f"the Shopify shop is {'frozen (unpaid)' if status == 402 else 'locked'} (HTTP {status})"

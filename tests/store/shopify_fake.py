@@ -32,6 +32,20 @@ The payload shapes and the sample values come from Shopify's documented examples
   ``errors[0].extensions.code == "THROTTLED"`` and ``extensions.cost.throttleStatus``; the REST
   style 429 with ``Retry-After``).
 
+The catalog (issue 36): ``products(first, after, query: "status:active")`` page by page (opaque
+base64 cursors like Shopify's, ``pageInfo { hasNextPage endCursor }``), ``product(id:)``,
+``inventoryItem(id:)`` and ``shop { currencyCode }``, on a small catalog (:func:`initial_products`:
+Shopify's documented example products "Example T-Shirt" and "Burton Custom Freestyle 151", a
+draft, and fillers for a second page), with ``translations(locale:) { key value }`` answered for
+each alias the query names. Stock is kept per location (``_levels``) and ``inventoryQuantity`` is
+their sum. And it makes webhook deliveries as Shopify sends them (:meth:`FakeShopify.webhook`): the
+REST-shaped payloads of ``products/update``, ``products/delete`` and ``inventory_levels/update``
+(https://shopify.dev/docs/api/webhooks?reference=toml, each topic's example payload) with the
+headers ``X-Shopify-Topic``, ``X-Shopify-Hmac-Sha256`` (base64 HMAC-SHA256 of the raw body with
+the app's secret), ``X-Shopify-Shop-Domain``, ``X-Shopify-API-Version``, ``X-Shopify-Webhook-Id``,
+``X-Shopify-Triggered-At`` and ``X-Shopify-Event-Id``
+(https://shopify.dev/docs/apps/build/webhooks/subscribe/https, "Shopify webhook headers").
+
 It checks the ``X-Shopify-Access-Token`` header (401 otherwise) and the API version in the path
 (404 otherwise), records every request (``requests``: operation root, variables, headers), and
 misbehaves on demand (:meth:`FakeShopify.misbehave`): HTTP 500, 429 with ``Retry-After``, a
@@ -48,18 +62,31 @@ Use::
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import hmac
 import json
 import re
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["API_VERSION", "NOW", "TOKEN", "FakeShopify", "running_fake_shopify"]
+__all__ = [
+    "API_VERSION",
+    "LOCATION",
+    "NOW",
+    "SHOP_DOMAIN",
+    "TOKEN",
+    "FakeShopify",
+    "initial_products",
+    "running_fake_shopify",
+]
 
 API_VERSION = "2025-07"
 TOKEN = "shpat_fake0123456789abcdef0123456789ab"
@@ -331,6 +358,122 @@ def initial_orders() -> list[dict[str, Any]]:
     return [placed, shipped, delivered, refunded, returned, packed]
 
 
+SHOP_DOMAIN = "kefu-fake.myshopify.com"
+LOCATION = 24826418  # the inventory_levels/update example's location
+LOCATION_2 = 24826419
+
+
+def _variant(
+    numeric_id: int, sku: str, price: str, options: list[tuple[str, str]], levels: dict[int, int], item: int
+) -> dict[str, Any]:
+    return {
+        "id": f"gid://shopify/ProductVariant/{numeric_id}",
+        "sku": sku,
+        "price": price,
+        "selectedOptions": [{"name": n, "value": v} for n, v in options],
+        "_inventoryItem": item,
+        "_levels": dict(levels),
+    }
+
+
+def _product(
+    numeric_id: int,
+    handle: str,
+    title: str,
+    description_html: str,
+    variants: list[dict[str, Any]],
+    *,
+    tags: list[str],
+    status: str = "ACTIVE",
+    translations: dict[str, dict[str, str]] | None = None,
+    vendor: str = "Acme",
+    product_type: str = "",
+) -> dict[str, Any]:
+    text = re.sub(r"<[^>]+>", "", description_html)
+    return {
+        "id": f"gid://shopify/Product/{numeric_id}",
+        "handle": handle,
+        "title": title,
+        "description": text,
+        "status": status,
+        "onlineStoreUrl": f"https://{SHOP_DOMAIN}/products/{handle}" if status == "ACTIVE" else None,
+        "tags": tags,
+        "featuredMedia": {"preview": {"image": {"url": f"https://cdn.shopify.com/s/files/1/{handle}.jpg"}}},
+        "variants": {"nodes": variants},
+        "_descriptionHtml": description_html,
+        "_vendor": vendor,
+        "_productType": product_type,
+        "_translations": translations or {},
+        "_updatedAt": "2021-12-31T19:00:00-05:00",
+    }
+
+
+def initial_products() -> list[dict[str, Any]]:
+    """The fake shop's catalog. "Example T-Shirt" is the products/update example payload's
+    product (https://shopify.dev/docs/api/webhooks?reference=toml, topic products/update: id
+    788032119674292922, variants example-shirt-s/-m at 19.99, 75 and 50 in stock); "Burton
+    Custom Freestyle 151" the Admin API examples' product 108828309 (one variant: Shopify's
+    ``Title: Default Title``), its inventory item the inventory_levels/update example's
+    271878346596884015, stocked at two locations; a draft; four fillers (a second page)."""
+    shirt = _product(
+        788032119674292922,
+        "example-t-shirt",
+        "Example T-Shirt",
+        "<p>An example T-Shirt</p>",
+        [
+            _variant(642667041472713922, "example-shirt-s", "19.99", [("Size", "Small")], {LOCATION: 75}, 39072856),
+            _variant(757650484644203962, "example-shirt-m", "19.99", [("Size", "Medium")], {LOCATION: 50}, 43729076),
+        ],
+        tags=["example", "mens", "t-shirt"],
+        translations={"zh-CN": {"title": "示例T恤", "body_html": "<p>一件示例T恤</p>"}},
+        product_type="Shirts",
+    )
+    burton = _product(
+        108828309,
+        "burton-custom-freestyle-151",
+        "Burton Custom Freestyle 151",
+        "<strong>Good snowboard!</strong>",
+        [
+            _variant(
+                39072857,
+                "BCF-151",
+                "599.00",
+                [("Title", "Default Title")],
+                {LOCATION: 4, LOCATION_2: 2},
+                271878346596884015,
+            )
+        ],
+        tags=["snowboard"],
+        translations={"zh-CN": {"title": "伯顿自由式151滑雪板"}},
+        vendor="Burton",
+    )
+    draft = _product(
+        912855135,
+        "draft-lamp",
+        "Unreleased Lamp",
+        "",
+        [_variant(912855136, "DRAFT-1", "10.00", [("Title", "Default Title")], {LOCATION: 1}, 912855137)],
+        tags=[],
+        status="DRAFT",
+    )
+    fillers = [
+        _product(
+            632910392 + i,
+            f"filler-mug-{i}",
+            f"Filler Mug {i}",
+            "",
+            [
+                _variant(
+                    808950810 + i, f"MUG-{i}", f"{12 + i}.00", [("Title", "Default Title")], {LOCATION: i}, 49148385 + i
+                )
+            ],
+            tags=["mug"],
+        )
+        for i in range(1, 5)
+    ]
+    return [shirt, burton, draft, *fillers]
+
+
 def _public(node: Any) -> Any:
     """``node`` without the fake's own ("_") keys, deeply copied."""
     if isinstance(node, dict):
@@ -347,6 +490,7 @@ class _Fault:
     times: int
     retry_after: str
     hold_s: float
+    after: int = 0
 
 
 class FakeShopify:
@@ -362,6 +506,8 @@ class FakeShopify:
         self.api_version = api_version
         self.now = NOW
         self.orders: dict[str, dict[str, Any]] = {o["id"]: o for o in initial_orders()}
+        self.products: dict[str, dict[str, Any]] = {p["id"]: p for p in initial_products()}
+        self.currency = "USD"
         self.requests: list[dict[str, Any]] = []
         self.job_polls_needed: int | None = 1
         self.cancel_refund_status = "PENDING"
@@ -402,14 +548,22 @@ class FakeShopify:
             self._thread.join(10)
 
     def misbehave(
-        self, kind: str, *, on: str | None = None, times: int = 1, retry_after: str = "2.0", hold_s: float = 30.0
+        self,
+        kind: str,
+        *,
+        on: str | None = None,
+        times: int = 1,
+        retry_after: str = "2.0",
+        hold_s: float = 30.0,
+        after: int = 0,
     ) -> None:
         """Make the next ``times`` requests (of root field ``on``, e.g. ``"orderCancel"``; any
-        when None) fail as ``kind``: one of :data:`KINDS`. ``slow`` holds the answer for
-        ``hold_s`` seconds or until the server stops; ``retry_after`` is the 429's header."""
+        when None) fail as ``kind``: one of :data:`KINDS`, once ``after`` such requests were
+        answered normally (a sync's second page). ``slow`` holds the answer for ``hold_s`` seconds
+        or until the server stops; ``retry_after`` is the 429's header."""
         assert kind in KINDS, kind
         with self._lock:
-            self._faults.append(_Fault(kind, on, times, retry_after, hold_s))
+            self._faults.append(_Fault(kind, on, times, retry_after, hold_s, after))
 
     def order(self, number: str) -> dict[str, Any]:
         """The stored node of order ``"#1001"`` (the live one: changes show)."""
@@ -425,17 +579,205 @@ class FakeShopify:
         with self._lock:
             for fault in self._faults:
                 if fault.on in (None, root):
+                    if fault.after > 0:
+                        fault.after -= 1
+                        return None
                     fault.times -= 1
                     if fault.times <= 0:
                         self._faults.remove(fault)
                     return fault
         return None
 
-    def answer(self, root: str, variables: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, root: str, variables: dict[str, Any], query: str = "") -> dict[str, Any]:
         """The JSON body for one GraphQL request (the state lock held)."""
         handler = getattr(self, f"_{root}")
         with self._lock:
+            if root in _CATALOG_ROOTS:
+                return handler(variables, query)
             return handler(variables)
+
+    # ------------------------------------------------------------------ the catalog
+
+    def product(self, handle: str) -> dict[str, Any]:
+        """The stored node of the product ``handle`` (the live one: changes show)."""
+        return next(p for p in self.products.values() if p["handle"] == handle)
+
+    def _product_node(self, product: dict[str, Any], query: str) -> dict[str, Any]:
+        """``product`` as the KefuProduct fragment reads it: ``inventoryQuantity`` the sum of the
+        levels, one ``translations`` list per alias the query names."""
+        node = _public(product)
+        for variant, stored in zip(node["variants"]["nodes"], product["variants"]["nodes"], strict=True):
+            variant["inventoryQuantity"] = sum(stored["_levels"].values())
+        for alias, locale in re.findall(r'(\w+)\s*:\s*translations\(locale:\s*"([^"]+)"\)', query):
+            texts = product["_translations"].get(locale, {})
+            node[alias] = [{"key": k, "value": v, "locale": locale} for k, v in texts.items()]
+        return node
+
+    def _shop(self, query: str) -> dict[str, Any]:
+        return {"shop": {"currencyCode": self.currency}} if re.search(r"\bshop\s*\{", query) else {}
+
+    def _products(self, v: dict[str, Any], query: str) -> dict[str, Any]:
+        first = int(v.get("first") or 0)
+        if not 0 < first <= 250:
+            return {
+                "errors": [
+                    {"message": "The first argument must be between 1 and 250", "extensions": {"code": "BAD_REQUEST"}}
+                ]
+            }
+        found = sorted(self.products.values(), key=lambda p: int(p["id"].rsplit("/", 1)[-1]))
+        if re.search(r'query:\s*"status:active"', query):
+            found = [p for p in found if p["status"] == "ACTIVE"]
+        after = v.get("after")
+        if after:
+            last = json.loads(base64.b64decode(after))["last_id"]
+            found = [p for p in found if int(p["id"].rsplit("/", 1)[-1]) > last]
+        page = found[:first]
+        end = (
+            base64.b64encode(json.dumps({"last_id": int(page[-1]["id"].rsplit("/", 1)[-1])}).encode()).decode()
+            if page
+            else None
+        )
+        connection = {
+            "pageInfo": {"hasNextPage": len(found) > first, "endCursor": end},
+            "nodes": [self._product_node(p, query) for p in page],
+        }
+        return {"data": {**self._shop(query), "products": connection}}
+
+    def _product(self, v: dict[str, Any], query: str) -> dict[str, Any]:
+        product = self.products.get(v.get("id", ""))
+        return {"data": {**self._shop(query), "product": self._product_node(product, query) if product else None}}
+
+    def _inventoryItem(self, v: dict[str, Any], query: str) -> dict[str, Any]:
+        for product in self.products.values():
+            for variant in product["variants"]["nodes"]:
+                if f"gid://shopify/InventoryItem/{variant['_inventoryItem']}" == v.get("id"):
+                    return {
+                        "data": {
+                            "inventoryItem": {
+                                "id": v["id"],
+                                "variant": {"id": variant["id"], "product": {"id": product["id"]}},
+                            }
+                        }
+                    }
+        return {"data": {"inventoryItem": None}}
+
+    # ------------------------------------------------------------------ changes and their webhooks
+
+    def set_stock(self, sku: str, available: int, location: int = LOCATION) -> dict[str, Any]:
+        """Set variant ``sku``'s available units at ``location``; the ``inventory_levels/update``
+        payload Shopify sends for it (the topic's documented example shape)."""
+        with self._lock:
+            for product in self.products.values():
+                for variant in product["variants"]["nodes"]:
+                    if variant["sku"] == sku:
+                        variant["_levels"][location] = available
+                        item = variant["_inventoryItem"]
+                        return {
+                            "inventory_item_id": item,
+                            "location_id": location,
+                            "available": available,
+                            "updated_at": "2021-12-31T19:00:00-05:00",
+                            "admin_graphql_api_id": f"gid://shopify/InventoryLevel/{location}?inventory_item_id={item}",
+                        }
+        raise KeyError(sku)
+
+    def update_product(self, handle: str, **fields: Any) -> dict[str, Any]:
+        """Change the product ``handle``'s fields (GraphQL names: ``title``, ``status``, ``tags``...;
+        a variant's ``price`` as ``price_of={sku: "24.00"}``); the ``products/update`` payload."""
+        with self._lock:
+            product = next(p for p in self.products.values() if p["handle"] == handle)
+            for sku, price in (fields.pop("price_of", None) or {}).items():
+                next(x for x in product["variants"]["nodes"] if x["sku"] == sku)["price"] = price
+            product.update(fields)
+            return self.product_payload(product)
+
+    def delete_product(self, handle: str) -> dict[str, Any]:
+        """Delete the product ``handle``; the ``products/delete`` payload (its numeric id only)."""
+        with self._lock:
+            product = next(p for p in self.products.values() if p["handle"] == handle)
+            del self.products[product["id"]]
+            return {"id": int(product["id"].rsplit("/", 1)[-1])}
+
+    def product_payload(self, product: dict[str, Any]) -> dict[str, Any]:
+        """``product`` in the REST shape of the ``products/update`` webhook's documented example."""
+        numeric = int(product["id"].rsplit("/", 1)[-1])
+        options: dict[str, list[str]] = {}
+        variants = []
+        for position, v in enumerate(product["variants"]["nodes"]):
+            values = [o["value"] for o in v["selectedOptions"]] + [None, None, None]
+            for o in v["selectedOptions"]:
+                options.setdefault(o["name"], []).append(o["value"])
+            vid = int(v["id"].rsplit("/", 1)[-1])
+            quantity = sum(v["_levels"].values())
+            variants.append(
+                {
+                    "admin_graphql_api_id": v["id"],
+                    "barcode": None,
+                    "compare_at_price": None,
+                    "created_at": None,
+                    "id": vid,
+                    "inventory_policy": "deny",
+                    "position": position,
+                    "price": v["price"],
+                    "product_id": numeric,
+                    "sku": v["sku"],
+                    "taxable": True,
+                    "title": " / ".join(o["value"] for o in v["selectedOptions"]),
+                    "updated_at": None,
+                    "option1": values[0],
+                    "option2": values[1],
+                    "option3": values[2],
+                    "image_id": None,
+                    "inventory_item_id": v["_inventoryItem"],
+                    "inventory_quantity": quantity,
+                    "old_inventory_quantity": quantity,
+                }
+            )
+        return {
+            "admin_graphql_api_id": product["id"],
+            "body_html": product["_descriptionHtml"],
+            "created_at": None,
+            "handle": product["handle"],
+            "id": numeric,
+            "product_type": product["_productType"],
+            "published_at": "2021-12-31T19:00:00-05:00",
+            "template_suffix": None,
+            "title": product["title"],
+            "updated_at": product["_updatedAt"],
+            "vendor": product["_vendor"],
+            "status": product["status"].lower(),
+            "published_scope": "web",
+            "tags": ", ".join(product["tags"]),
+            "variants": variants,
+            "options": [
+                {"name": name, "id": numeric * 10 + i, "product_id": numeric, "position": i + 1, "values": values}
+                for i, (name, values) in enumerate(options.items())
+            ],
+            "images": [],
+            "image": None,
+            "media": [],
+            "variant_gids": [
+                {"admin_graphql_api_id": v["id"], "updated_at": None} for v in product["variants"]["nodes"]
+            ],
+        }
+
+    def webhook(
+        self, topic: str, payload: dict[str, Any], secret: str, *, webhook_id: str | None = None
+    ) -> tuple[bytes, dict[str, str]]:
+        """One delivery as Shopify makes it: ``(raw JSON body, headers)``, signed with ``secret``
+        (``X-Shopify-Hmac-Sha256``: base64 of the body's HMAC-SHA256). ``webhook_id``: the same
+        id for a retry or a replay (a new one by default)."""
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        digest = base64.b64encode(hmac.new(secret.encode(), body, hashlib.sha256).digest()).decode()
+        return body, {
+            "X-Shopify-Topic": topic,
+            "X-Shopify-Hmac-Sha256": digest,
+            "X-Shopify-Shop-Domain": SHOP_DOMAIN,
+            "X-Shopify-API-Version": self.api_version,
+            "X-Shopify-Webhook-Id": webhook_id or str(uuid.uuid4()),
+            "X-Shopify-Triggered-At": "2021-12-31T19:00:00.000000000Z",
+            "X-Shopify-Event-Id": str(uuid.uuid4()),
+        }
 
     def _orderCancel(self, v: dict[str, Any]) -> dict[str, Any]:
         override = self.user_errors.pop("orderCancel", None)
@@ -590,7 +932,20 @@ class FakeShopify:
 
 
 # Root fields, the mutations first (an orderUpdate payload also names "order {").
-_ROOTS = ("orderCancel", "returnRequest", "orderUpdate", "returnableFulfillments", "job", "customer", "orders")
+_ROOTS = (
+    "orderCancel",
+    "returnRequest",
+    "orderUpdate",
+    "returnableFulfillments",
+    "job",
+    "customer",
+    "orders",
+    "products",
+    "product",
+    "inventoryItem",
+)
+# The catalog's roots: their answers depend on the query text too (aliases, filters, shop).
+_CATALOG_ROOTS = ("products", "product", "inventoryItem")
 
 
 def _root_of(query: str) -> str | None:
@@ -653,7 +1008,7 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.shop._take_fault(root)
         if fault is not None and self._misbehave(fault):
             return
-        self._send(200, self.shop.answer(root, variables))
+        self._send(200, self.shop.answer(root, variables, query))
 
     def _misbehave(self, fault: _Fault) -> bool:
         """Answer (or not) as ``fault`` says; True once the request is dealt with."""

@@ -18,7 +18,13 @@ from django.utils import translation
 from . import staff_text
 from .errors import InvalidSearch
 from .search import search
-from .selectors import conversation_exists, conversation_task, conversation_transcript, user_is_agent
+from .selectors import (
+    conversation_exists,
+    conversation_task,
+    conversation_transcript,
+    product_lookup,
+    user_is_agent,
+)
 from .services import agent_display_name, conversation_task_clear
 
 # The demo page runs under the strict policy the widget promises to work under (no inline script
@@ -132,6 +138,20 @@ def console_search(request: HttpRequest) -> HttpResponse:
     except InvalidSearch as e:
         return JsonResponse({"error": {"code": e.code, "message": e.message}}, status=400)
     return JsonResponse({"results": [h.as_json() for h in hits]})
+
+
+@_agent_only
+def console_products(request: HttpRequest) -> HttpResponse:
+    """``GET /console/api/products?q=TEXT&locale=en`` (docs/console.md, *Product lookup*;
+    issue 36): the catalog's products whose SKU starts with ``TEXT`` or whose title holds it,
+    an exact SKU first, at most 8, as product cards in ``locale`` (the conversation's; default
+    ``en``): ``{"results": [card, ...]}`` (docs/protocol.md, *Product cards*). ``[]`` for a blank
+    query; a query over 100 characters is ``400 {"error": {"code": "too_long", ...}}``."""
+    q = request.GET.get("q", "")
+    if len(q) > 100:
+        return _json_error(400, "too_long", "a product lookup is at most 100 characters")
+    locale = request.GET.get("locale", "en")[:16] or "en"
+    return JsonResponse({"results": product_lookup(text=q, locale=locale)})
 
 
 class ConsoleLoginView(LoginView):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -78,7 +79,14 @@ def console(request: HttpRequest) -> HttpResponse:
     except LookupError:
         lang = translation.get_language()
     with translation.override(lang):
-        return render(request, "console.html", {"agent_name": agent_display_name(request.user)})
+        # A catalog path on a product card ("/products/ember") is on the store's own site: its first
+        # widget origin (docs/console.md, "Product cards").
+        origins = getattr(settings, "KEFU_WIDGET_ORIGINS", []) or [""]
+        return render(
+            request,
+            "console.html",
+            {"agent_name": agent_display_name(request.user), "store_origin": origins[0]},
+        )
 
 
 @_agent_only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from functools import wraps
@@ -16,7 +17,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import translation
 
-from . import staff_text
+from . import selectors, staff_text
 from .errors import InvalidSearch
 from .search import search
 from .selectors import (
@@ -48,6 +49,20 @@ def storefront(request: HttpRequest) -> HttpResponse:
 
 # The console runs under the same strict policy as the storefront (no inline script or style).
 CONSOLE_CSP = STOREFRONT_CSP
+_HOST_SOURCE = re.compile(r"^[a-z0-9.-]+$")
+
+
+def console_csp() -> str:
+    """The console's policy: :data:`CONSOLE_CSP`, whose ``img-src`` also allows the store's
+    domains and ``KEFU_PRODUCT_IMAGE_HOSTS`` (and their subdomains), where a product card's image
+    may come from (docs/console.md, "Product cards"). No query."""
+    hosts = sorted({*selectors.answer_link_domains(), *selectors.card_image_hosts()})
+    sources = " ".join(f"{h} *.{h}" for h in hosts if _HOST_SOURCE.match(h))
+    if not sources:
+        return CONSOLE_CSP
+    return CONSOLE_CSP.replace("img-src 'self' data:;", f"img-src 'self' data: {sources};", 1)
+
+
 CONSOLE_LOGIN_URL = "/console/login/"
 
 
@@ -62,7 +77,7 @@ def _agent_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
         if not user_is_agent(request.user):
             raise PermissionDenied("agents only")
         response = view(request, *args, **kwargs)
-        response["Content-Security-Policy"] = CONSOLE_CSP
+        response["Content-Security-Policy"] = console_csp()
         response["Cache-Control"] = "no-store"
         return response
 

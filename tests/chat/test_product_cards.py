@@ -194,6 +194,11 @@ async def test_agent_looks_a_product_up_and_the_shopper_sees_its_card(make_clien
     assert found[0]["sku"] == "EMB-T" and found[0]["description"].startswith("A brass")
     by_title = (await database_sync_to_async(client.get)("/console/api/products", {"q": "zinnia"})).json()
     assert [c["sku"] for c in by_title["results"]] == ["VASE-X"] and by_title["results"][0]["url"] == ""
+    # The console may show a card's image from the store's domains, nowhere else.
+    page = await database_sync_to_async(client.get)("/console/")
+    assert "img-src 'self' data: " in page["Content-Security-Policy"]
+    assert " shop.example *.shop.example" in page["Content-Security-Policy"]
+    assert "evil.example" not in page["Content-Security-Policy"]
 
     headers = [
         (b"host", b"127.0.0.1:8000"),

@@ -51,6 +51,8 @@ def message_frame(msg: Message) -> MessageFrame:
     if msg.attachments:
         # Signed afresh for every frame built, replays and history pages too (issue 33).
         frame["attachments"] = [attachment_json(a) for a in msg.attachments]
+    if msg.cards:
+        frame["cards"] = list(msg.cards)
     return frame
 
 
@@ -80,6 +82,8 @@ def stream_end_frame(msg: Message) -> StreamEndFrame:
         frame["cut"] = True
     if msg.superseded:
         frame["superseded"] = True
+    if msg.cards:
+        frame["cards"] = list(msg.cards)
     return frame
 
 

@@ -202,6 +202,9 @@ class Message(models.Model):
     # link: ``[{"id", "name", "content_type", "size"}]`` (a copy, so replays and history pages read
     # no other table; the link is signed afresh for every frame: chat.attachments.attachment_json).
     attachments = models.JSONField(default=list, blank=True)
+    # Product cards shown with the message (issue 36; docs/protocol.md, "Product cards"): a product
+    # answer's or an agent's, as frames carry them (routing.types.ProductCard.as_json).
+    cards = models.JSONField(default=list, blank=True)
     agent_name = models.CharField(max_length=150, blank=True)
     # A streaming bot answer's lease: the process streaming it renews it while it streams
     # (chat.answering); once it ran out, the process is taken for dead and the answer is an

@@ -56,6 +56,23 @@ class AttachmentInfo(TypedDict):
     url: str
 
 
+class ProductCardInfo(TypedDict):
+    """A product card (issue 36; docs/protocol.md, *Product cards*): plain text and checked
+    addresses (``url``/``image``: ``http(s)`` on the store's domains or a ``/`` path; "" none)."""
+
+    sku: str
+    title: str
+    price: str
+    currency: str
+    price_text: str
+    stock: int | None
+    url: str
+    image: str
+    price_max: NotRequired[str]
+    description: NotRequired[str]
+    facts: NotRequired[list[list[str]]]
+
+
 class MessageFrame(TypedDict):
     type: Literal["message"]
     id: int
@@ -68,6 +85,7 @@ class MessageFrame(TypedDict):
     superseded: NotRequired[bool]
     agent: NotRequired[str]
     attachments: NotRequired[list[AttachmentInfo]]
+    cards: NotRequired[list[ProductCardInfo]]
 
 
 class StreamStartFrame(TypedDict):
@@ -94,6 +112,7 @@ class StreamEndFrame(TypedDict):
     usage: Usage
     cut: NotRequired[bool]
     superseded: NotRequired[bool]
+    cards: NotRequired[list[ProductCardInfo]]
 
 
 class StatusFrame(TypedDict):
@@ -345,6 +364,31 @@ def validate_message_files(content: dict[str, Any], *, max_chars: int) -> tuple[
         return client_id, "", list(ids)
     client_id, text = validate_message(content, max_chars=max_chars)
     return client_id, text, list(ids)
+
+
+#: Most product cards an agent's message may carry (``routing.types.MAX_CARDS``).
+MAX_MESSAGE_CARDS = 3
+
+
+def validate_cards(content: dict[str, Any]) -> list[str]:
+    """The product SKUs of an agent's ``message`` frame (``cards``, optional: a list of at most
+    :data:`MAX_MESSAGE_CARDS` SKU strings of 1-64 characters; issue 36), duplicates dropped.
+    Raises ``ProtocolError("invalid")`` for anything else."""
+    skus = content.get("cards")
+    if skus is None:
+        return []
+    if (
+        not isinstance(skus, list)
+        or len(skus) > MAX_MESSAGE_CARDS
+        or not all(isinstance(s, str) and 0 < len(s) <= 64 for s in skus)
+    ):
+        client_id = content.get("client_id")
+        raise ProtocolError(
+            "invalid",
+            f"cards must be a list of at most {MAX_MESSAGE_CARDS} product SKUs",
+            client_id if isinstance(client_id, str) else None,
+        )
+    return list(dict.fromkeys(skus))
 
 
 def validate_message(content: dict[str, Any], *, max_chars: int) -> tuple[str, str]:

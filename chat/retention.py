@@ -129,7 +129,7 @@ def shopper_export(*, customer_id: str | None = None, conversation_id: uuid.UUID
         {"exported_at", "customer_id" | None, "conversations": [{"id", "status", "locale",
           "created_at", "updated_at", "customer": {"id", "name", "email"} | None,
           "contact_email", "summary", "messages": [{"seq", "role", "text", "route",
-          "created_at", "rating", "attachments"}], "notes": [{"text", "created_at"}],
+          "created_at", "rating", "attachments", "cards"}], "notes": [{"text", "created_at"}],
           "attachments": [{"id", "name", "content_type", "size", "role", "created_at",
           "message_seq" | None, "path"}]}]}
 
@@ -165,6 +165,7 @@ def shopper_export(*, customer_id: str | None = None, conversation_id: uuid.UUID
                         "created_at": _iso(m.created_at),
                         "rating": m.rating,
                         "attachments": [a["id"] for a in m.attachments],
+                        "cards": list(m.cards),  # product cards shown with it (issue 36)
                     }
                     for m in messages
                 ],

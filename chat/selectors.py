@@ -11,6 +11,7 @@ from django.db.models import Aggregate, CharField, Count, OuterRef, Q, QuerySet,
 from routing import services as router
 
 from .attachments import attachment_json
+from .errors import NotFound
 from .models import (
     Attachment,
     CannedReply,
@@ -427,7 +428,7 @@ def console_history(*, conversation_id: uuid.UUID, before: int | None, limit: in
 def message_item(msg: Message) -> dict[str, Any]:
     """A stored message for agents (transcripts, the console's ``history`` frame):
     ``{"id", "seq", "role", "text", "state", "created_at", "route"?, "reason"?, "model"?, "cut"?, "superseded"?, "cached"?,
-    "agent"?, "rating"?, "flags"?, "attachments"?}``; ``attachments``: the message's files with fresh signed links (``chat.attachments.attachment_json``); ``reason``: why the router chose the route (agents only); ``flags``: e.g. ``["prompt_injection"]`` on a shopper message (routing.decide.injection); ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
+    "agent"?, "rating"?, "flags"?, "attachments"?, "cards"?}``; ``cards``: product cards (docs/protocol.md, *Product cards*); ``attachments``: the message's files with fresh signed links (``chat.attachments.attachment_json``); ``reason``: why the router chose the route (agents only); ``flags``: e.g. ``["prompt_injection"]`` on a shopper message (routing.decide.injection); ``cached`` is true for a bot answer served from a recorded answer-cache entry."""
     item: dict[str, Any] = {
         "id": msg.pk,
         "seq": msg.seq,
@@ -456,6 +457,8 @@ def message_item(msg: Message) -> dict[str, Any]:
         item["flags"] = list(msg.flags)
     if msg.attachments:
         item["attachments"] = [attachment_json(a) for a in msg.attachments]
+    if msg.cards:
+        item["cards"] = list(msg.cards)
     return item
 
 
@@ -578,3 +581,33 @@ def attachment_file(*, attachment_id: str) -> tuple[str, str, str] | None:
     exist (deleted with its conversation)."""
     row = Attachment.objects.filter(pk=attachment_id).values_list("file", "content_type", "name").first()
     return None if row is None else (str(row[0]), str(row[1]), str(row[2]))
+
+
+def card_image_hosts() -> list[str]:
+    """Hosts a product card's image may come from besides ``answer_link_domains`` (the
+    ``conversation`` frame's ``image_hosts``; ``KEFU_PRODUCT_IMAGE_HOSTS``). No query."""
+    return router.product_image_hosts()
+
+
+def product_cards(*, conversation_id: uuid.UUID, skus: list[str]) -> list[dict[str, Any]]:
+    """The product cards an agent inserts into a reply (issue 36), in the conversation's
+    language, as frames carry them (``routing.services.product_cards``: unknown SKUs skipped,
+    addresses checked). Raises ``NotFound`` for an unknown conversation. Blocking."""
+    locale = Conversation.objects.filter(pk=conversation_id).values_list("locale", flat=True).first()
+    if locale is None:
+        raise NotFound(str(conversation_id))
+    return [c.as_json() for c in router.product_cards(skus=skus, locale=locale)]
+
+
+def product_lookup(*, text: str, locale: str) -> list[dict[str, Any]]:
+    """The console's product lookup (issue 36): catalog products by SKU or title words
+    (``routing.services.product_lookup``), as card JSON. Blocking."""
+    return [c.as_json() for c in router.product_lookup(text=text, locale=locale)]
+
+
+def cards_text(cards: list[dict[str, Any]]) -> str:
+    """The plain text of ``cards`` for a client that does not show cards: a line a card,
+    ``"Ember Table Lamp — $129.00 — https://shop.example/p/ember"``."""
+    return "\n".join(
+        " — ".join(str(x) for x in (c.get("title"), c.get("price_text"), c.get("url")) if x) for c in cards
+    )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -15,10 +17,16 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import translation
 
-from . import staff_text
+from . import selectors, staff_text
 from .errors import InvalidSearch
 from .search import search
-from .selectors import conversation_exists, conversation_task, conversation_transcript, user_is_agent
+from .selectors import (
+    conversation_exists,
+    conversation_task,
+    conversation_transcript,
+    product_lookup,
+    user_is_agent,
+)
 from .services import agent_display_name, conversation_task_clear
 
 # The demo page runs under the strict policy the widget promises to work under (no inline script
@@ -41,6 +49,20 @@ def storefront(request: HttpRequest) -> HttpResponse:
 
 # The console runs under the same strict policy as the storefront (no inline script or style).
 CONSOLE_CSP = STOREFRONT_CSP
+_HOST_SOURCE = re.compile(r"^[a-z0-9.-]+$")
+
+
+def console_csp() -> str:
+    """The console's policy: :data:`CONSOLE_CSP`, whose ``img-src`` also allows the store's
+    domains and ``KEFU_PRODUCT_IMAGE_HOSTS`` (and their subdomains), where a product card's image
+    may come from (docs/console.md, "Product cards"). No query."""
+    hosts = sorted({*selectors.answer_link_domains(), *selectors.card_image_hosts()})
+    sources = " ".join(f"{h} *.{h}" for h in hosts if _HOST_SOURCE.match(h))
+    if not sources:
+        return CONSOLE_CSP
+    return CONSOLE_CSP.replace("img-src 'self' data:;", f"img-src 'self' data: {sources};", 1)
+
+
 CONSOLE_LOGIN_URL = "/console/login/"
 
 
@@ -55,7 +77,7 @@ def _agent_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
         if not user_is_agent(request.user):
             raise PermissionDenied("agents only")
         response = view(request, *args, **kwargs)
-        response["Content-Security-Policy"] = CONSOLE_CSP
+        response["Content-Security-Policy"] = console_csp()
         response["Cache-Control"] = "no-store"
         return response
 
@@ -72,7 +94,14 @@ def console(request: HttpRequest) -> HttpResponse:
     except LookupError:
         lang = translation.get_language()
     with translation.override(lang):
-        return render(request, "console.html", {"agent_name": agent_display_name(request.user)})
+        # A catalog path on a product card ("/products/ember") is on the store's own site: its first
+        # widget origin (docs/console.md, "Product cards").
+        origins = getattr(settings, "KEFU_WIDGET_ORIGINS", []) or [""]
+        return render(
+            request,
+            "console.html",
+            {"agent_name": agent_display_name(request.user), "store_origin": origins[0]},
+        )
 
 
 @_agent_only
@@ -132,6 +161,20 @@ def console_search(request: HttpRequest) -> HttpResponse:
     except InvalidSearch as e:
         return JsonResponse({"error": {"code": e.code, "message": e.message}}, status=400)
     return JsonResponse({"results": [h.as_json() for h in hits]})
+
+
+@_agent_only
+def console_products(request: HttpRequest) -> HttpResponse:
+    """``GET /console/api/products?q=TEXT&locale=en`` (docs/console.md, *Product lookup*;
+    issue 36): the catalog's products whose SKU starts with ``TEXT`` or whose title holds it,
+    an exact SKU first, at most 8, as product cards in ``locale`` (the conversation's; default
+    ``en``): ``{"results": [card, ...]}`` (docs/protocol.md, *Product cards*). ``[]`` for a blank
+    query; a query over 100 characters is ``400 {"error": {"code": "too_long", ...}}``."""
+    q = request.GET.get("q", "")
+    if len(q) > 100:
+        return _json_error(400, "too_long", "a product lookup is at most 100 characters")
+    locale = request.GET.get("locale", "en")[:16] or "en"
+    return JsonResponse({"results": product_lookup(text=q, locale=locale)})
 
 
 class ConsoleLoginView(LoginView):

@@ -801,4 +801,7 @@ KEFU_FAQ_POLL_S = env.float("KEFU_FAQ_POLL_S", default=2.0)
 # How often each process looks for catalog changes another process imported (routing.products.index):
 # a new or renamed product is found within this many seconds; prices and stock are read fresh anyway.
 KEFU_PRODUCTS_POLL_S = env.float("KEFU_PRODUCTS_POLL_S", default=2.0)
+# Hosts a product card's image may come from besides the store's own domains (the shop's image CDN,
+# e.g. cdn.shopify.com); any other image address is dropped from the card (routing.products.cards).
+KEFU_PRODUCT_IMAGE_HOSTS = env.list("KEFU_PRODUCT_IMAGE_HOSTS", default=[])
 KEFU_SCOPE_THRESHOLD = env.float("KEFU_SCOPE_THRESHOLD", default=0.595)

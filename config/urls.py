@@ -32,6 +32,7 @@ urlpatterns = [
     path("console/conversations/<uuid:conversation_id>/", views.console_transcript, name="console-transcript"),
     path("console/conversations/<uuid:conversation_id>/task", views.console_task, name="console-task"),
     path("console/api/search", views.console_search, name="console-search"),
+    path("console/api/products", views.console_products, name="console-products"),
     # Labels, the customer's context and canned replies (issue 32; docs/console.md).
     path("console/api/labels", context_views.labels_api, name="console-labels"),
     path("console/api/labels/<int:label_id>", context_views.label_api, name="console-label"),

@@ -38,12 +38,24 @@ from routing.decide.replies import person_request_words
 from routing.faq.registry import registry
 from routing.orders import actions as order_actions
 from routing.orders import task_state, tools
+from routing.products.cards import card_of
+from routing.products.cards import cards_of as product_cards_of
+from routing.products.cards import image_hosts as product_image_hosts_of
 from routing.products.index import catalog as product_catalog
 from routing.prompt import build as prompt
 from routing.prompt import privacy
 from routing.prompt import summary as summaries
 from routing.providers.base import ProviderError, StreamDone, TextDelta
-from routing.types import AnswerRecord, CallContext, HistoryLoader, Payer, Question, Suggestion
+from routing.types import (
+    MAX_CARDS,
+    AnswerRecord,
+    CallContext,
+    HistoryLoader,
+    Payer,
+    ProductCard,
+    Question,
+    Suggestion,
+)
 from routing.upstream import canary, ledger, singleflight, tiers
 from routing.upstream.call import Answered, CallItem
 from routing.upstream.complete import complete, complete_call
@@ -61,6 +73,9 @@ __all__ = [
     "cached_answer_marks",
     "canary_standings",
     "person_request_words",
+    "product_cards",
+    "product_image_hosts",
+    "product_lookup",
     "reply_suggest",
     "router_keep_upstreams_warm",
     "router_ready",
@@ -310,6 +325,8 @@ class Answer:
             record = replace(
                 record, prompt_tokens=0, completion_tokens=0, cost_usd=Decimal(0), saved_usd=record.cost_usd
             )
+        if decision.cards:
+            record = replace(record, cards=decision.cards)
         self._record = record
         return record
 
@@ -399,6 +416,27 @@ def answer_link_domains() -> list[str]:
     ``KEFU_STORE_PLACEHOLDERS``' URLs) and ``KEFU_ANSWER_LINK_DOMAINS``; a subdomain of one counts
     too. Normalised hosts, sorted (``cache_layer.policy.link_domains``)."""
     return cache_policy.link_domains()
+
+
+def product_cards(*, skus: Sequence[str], locale: str) -> list[ProductCard]:
+    """The product cards of ``skus`` (at most ``MAX_CARDS``; unknown ones skipped) in ``locale``,
+    their addresses checked as a product answer's are (``routing.products.cards``): what an agent
+    inserts into a reply (issue 36). Two queries a product. Blocking."""
+    return list(product_cards_of(store.product_view(sku, locale) for sku in list(skus)[:MAX_CARDS]))
+
+
+def product_image_hosts() -> list[str]:
+    """Hosts a product card's image may come from besides :func:`answer_link_domains`
+    (``KEFU_PRODUCT_IMAGE_HOSTS``, normalised; a subdomain counts too). No query."""
+    return product_image_hosts_of()
+
+
+def product_lookup(*, text: str, locale: str, limit: int = 8) -> list[ProductCard]:
+    """Catalog products an agent looks up by SKU or title words (``store.services.product_search``),
+    as cards with their description and attributes, for the console's product lookup. Blocking."""
+    views = store.product_search(text, locale, limit=limit)
+    domains = cache_policy.link_domains()
+    return [card_of(v, describe=True, domains=domains) for v in views]
 
 
 def answer_pieces(text: str) -> list[str]:

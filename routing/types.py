@@ -134,6 +134,61 @@ class Payer:
 
 
 @dataclass(frozen=True)
+class ProductCard:
+    """A product shown as a card beside an answer (issue 36, docs/protocol.md, *Product cards*):
+    plain text and checked addresses only, never markup; every client sets each field as text.
+
+    ``sku``; ``title``; ``price`` (decimal string, ``"129.00"``; the lowest when ``price_max``
+    differs) and ``price_max`` ("" unless the variants' prices differ), ``currency`` (ISO 4217),
+    ``price_text`` (``"$129.00"``, ``"$48.00 – $56.00"``); ``stock``: units on hand (None when
+    not tracked); ``url`` and ``image``: ``http(s)://`` addresses on the store's domains (an
+    image also on ``KEFU_PRODUCT_IMAGE_HOSTS``) or paths starting with ``/``, "" for none or one
+    refused; ``description`` (at most :data:`CARD_DESCRIPTION_CHARS` code points) and ``facts``
+    (``(label, value)`` pairs from the catalog's attributes, at most :data:`CARD_FACTS`): on a card
+    answering a descriptive question, else empty."""
+
+    sku: str
+    title: str
+    price: str
+    currency: str
+    price_text: str
+    stock: int | None = None
+    url: str = ""
+    image: str = ""
+    price_max: str = ""
+    description: str = ""
+    facts: tuple[tuple[str, str], ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        """The card as frames and the stored message carry it: ``{"sku", "title", "price",
+        "currency", "price_text", "stock", "url", "image"}`` plus ``"price_max"``,
+        ``"description"`` and ``"facts"`` (``[[label, value]...]``) when set."""
+        out: dict[str, object] = {
+            "sku": self.sku,
+            "title": self.title,
+            "price": self.price,
+            "currency": self.currency,
+            "price_text": self.price_text,
+            "stock": self.stock,
+            "url": self.url,
+            "image": self.image,
+        }
+        if self.price_max:
+            out["price_max"] = self.price_max
+        if self.description:
+            out["description"] = self.description
+        if self.facts:
+            out["facts"] = [list(f) for f in self.facts]
+        return out
+
+
+#: Most cards one message carries, and the longest card description (code points) and most facts.
+MAX_CARDS = 3
+CARD_DESCRIPTION_CHARS = 400
+CARD_FACTS = 8
+
+
+@dataclass(frozen=True)
 class AnswerRecord:
     """How a bot answer ended, as Chat stores it: text as streamed, route, model, usage (tokens),
     cost and saving in USD, ``ttft_ms``/``latency_ms`` from the shopper's message being stored,
@@ -158,6 +213,8 @@ class AnswerRecord:
     # A remote answer's deployment of its tier: "current" (the tier's own model) or "candidate"
     # (its canary candidate, routing.upstream.canary); "" for an answer no model gave.
     variant: str = ""
+    # The product cards shown with the answer (a ``product`` answer's; at most MAX_CARDS).
+    cards: tuple[ProductCard, ...] = ()
 
 
 @dataclass(frozen=True)

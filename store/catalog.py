@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 
 from .models import Product, ProductText, ProductVariant
 from .types import CatalogError, ProductNames, ProductVariantView, ProductView
@@ -495,6 +495,27 @@ def product_view(sku: str, locale: str) -> ProductView | None:
         stock=product.stock,
         variants=variants,
     )
+
+
+def product_search(text: str, locale: str, *, limit: int = 8) -> list[ProductView]:
+    """Products whose SKU (or a variant's) starts with ``text`` or whose title in any language
+    holds it (case-insensitive), for an agent looking a product up (issue 36): exact SKU first,
+    then by title, each in ``locale`` (:func:`product_view`). [] for a blank ``text``. Two queries
+    plus two a product shown (at most ``limit``)."""
+    q = " ".join(text.split())[:100]
+    if not q:
+        return []
+    skus = list(
+        Product.objects.filter(
+            Q(sku__iexact=q) | Q(sku__istartswith=q) | Q(variants__sku__istartswith=q) | Q(texts__title__icontains=q)
+        )
+        .distinct()
+        .order_by("sku")
+        .values_list("sku", flat=True)[: limit * 2]
+    )
+    skus.sort(key=lambda s: (s.lower() != q.lower(), not s.lower().startswith(q.lower()), s))
+    views = (product_view(s, locale) for s in skus[:limit])
+    return [v for v in views if v is not None]
 
 
 def catalog_empty() -> bool:

@@ -84,6 +84,7 @@ __all__ = [
     "pending_offer",
     "pending_peek",
     "pending_take",
+    "product_search",
     "product_view",
     "product_view_async",
     "store_adapter",
@@ -592,3 +593,9 @@ def product_view(sku: str, locale: str) -> ProductView | None:
 
 
 product_view_async = sync_to_async(product_view, thread_sensitive=False)
+
+
+def product_search(text: str, locale: str, *, limit: int = 8) -> list[ProductView]:
+    """Catalog products for an agent's lookup by SKU or title words (``store.catalog.product_search``:
+    an exact SKU first), in ``locale``; at most ``limit``. Blocking."""
+    return catalog.product_search(text, locale, limit=limit)

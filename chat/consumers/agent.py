@@ -20,7 +20,9 @@ from ..protocol import (
     OrdersFrame,
     ProtocolError,
     error_frame,
+    is_blank,
     parse_uuid,
+    validate_cards,
     validate_message_files,
     validate_order_action,
     validate_request_id,
@@ -371,13 +373,19 @@ class AgentConsumer(FrameSocket):
         once however often it is resent; a resend is acknowledged to this socket only."""
         client_id = content.get("client_id")
         files: list[str] = []
+        # Product cards the agent inserted (issue 36): SKUs, made into cards from the catalog here,
+        # never taken from the frame; a message of cards alone carries their text too.
+        skus = validate_cards(content)
+        cards = await database_sync_to_async(selectors.product_cards)(conversation_id=cid, skus=skus) if skus else []
+        if cards and is_blank(str(content.get("text", ""))):
+            content = {**content, "text": selectors.cards_text(cards)}
         if client_id is not None:
             client_id, text, files = validate_message_files(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
         else:
             text = validate_text(content, max_chars=settings.KEFU_MAX_MESSAGE_CHARS)
         try:
             sent = await database_sync_to_async(services.agent_message_send)(
-                conversation_id=cid, agent=self.user, text=text, client_id=client_id, attachments=files
+                conversation_id=cid, agent=self.user, text=text, client_id=client_id, attachments=files, cards=cards
             )
         except errors.AttachmentRefused as e:  # nothing was stored
             raise ProtocolError(e.code, e.message) from None

@@ -229,6 +229,7 @@ class ShopperConsumer(FrameSocket):
                 "availability": told.as_dict(),
                 # A link in a bot answer to any other domain is shown as plain text (issue 29).
                 "link_domains": selectors.answer_link_domains(),
+                "image_hosts": selectors.card_image_hosts(),
                 **({"customer": {"id": conv.customer_id, "name": conv.customer_name}} if conv.customer_id else {}),
             }
         )

@@ -192,6 +192,7 @@ def agent_message_send(
     text: str,
     client_id: str | None = None,
     attachments: list[str] | None = None,
+    cards: list[dict[str, Any]] | None = None,
 ) -> Received:
     """Store a message of the agent who holds the conversation (role ``agent``, their display
     name), exactly once per (conversation, ``client_id``) when the console sends one: a resend
@@ -200,7 +201,8 @@ def agent_message_send(
     it, ``NotFound``. ``text`` must be validated by the caller (not blank, within
     ``KEFU_MAX_MESSAGE_CHARS``; it may be empty when ``attachments`` names files). ``attachments``:
     ids of files agents uploaded to this conversation and sent with no other message; any other
-    raises ``AttachmentRefused`` and nothing is stored."""
+    raises ``AttachmentRefused`` and nothing is stored. ``cards``: product cards the agent
+    inserted (``chat.selectors.product_cards``), stored with the message (issue 36)."""
     if client_id is not None:
         known = Message.objects.filter(conversation_id=conversation_id, client_id=client_id, role=Role.AGENT).first()
         if known is not None:
@@ -233,6 +235,7 @@ def agent_message_send(
                 agent_name=owner[1],
                 client_id=client_id,
                 attachments=files,
+                cards=cards or [],
             )
             if files:
                 attachments_link(ids=[f["id"] for f in files], message_id=msg.pk)

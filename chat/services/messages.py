@@ -344,6 +344,7 @@ def _finished(record: AnswerRecord) -> dict[str, Any]:
         "faq_entry_id": record.faq_entry_id,
         "cache_entry_id": record.cache_entry_id,
         "route_reason": record.reason[:200],
+        "cards": [c.as_json() for c in record.cards],
         "state": MessageState.DONE,
         "lease_until": None,
     }

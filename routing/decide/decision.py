@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from routing.types import CallContext
+from routing.types import CallContext, ProductCard
 from routing.upstream.call import Answered, Call
 from routing.upstream.tiers import CANDIDATE, CURRENT
 
@@ -84,6 +84,8 @@ class Decision:
     # routing.decide.repeat): after the answer, Chat remembers the question before it as the
     # conversation's complaint (``chat.services.complaint_record``).
     complaint: bool = False
+    # The product cards shown with the answer (``routing.products.cards``; a ``product`` answer's).
+    cards: tuple[ProductCard, ...] = ()
 
     @property
     def remote(self) -> bool:

@@ -13,9 +13,18 @@ asks about its price, stock, options or attributes is answered from the catalog 
   it would without a catalog (never an invented product).
 
 Product answers are never shared or cached (``Decision.shareable`` False): stock and price change.
+
+Each product answer carries product cards (``routing.products.cards``, issue 36): the product's,
+or one per product of a "which one?" (at most ``MAX_CARDS``); a question about an attribute gets
+the card with the product's description and attributes. A descriptive question whose fact the
+catalog lacks goes on to the model, or, when no model is configured, gets the product's card with
+its description instead of nothing (:func:`_described`). The cards are read after the answer
+(two more indexed queries a product, in the same thread hop as their building).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 
@@ -23,8 +32,10 @@ from routing.decide.decision import Decision
 from routing.orders import task_state
 from routing.orders.tasks import ordinal_in
 from routing.products import answers
+from routing.products.cards import cards_of
 from routing.products.index import GENERIC, Found, ProductKeys, catalog, normalise, terms
-from routing.types import Question
+from routing.types import MAX_CARDS, ProductCard, Question
+from routing.upstream.tiers import configured_tiers
 from store.services import product_view
 
 __all__ = ["product_decision"]
@@ -35,6 +46,52 @@ MAX_CHOICES = 4
 
 def _decision(text: str, locale: str, reason: str) -> Decision:
     return Decision(route="product", locale=locale, text=text, reason=reason, shareable=False)
+
+
+def _cards(skus: tuple[str, ...], locale: str, describe: bool) -> tuple[ProductCard, ...]:
+    """Blocking (two queries a product): the cards of ``skus`` (at most ``MAX_CARDS``)."""
+    return cards_of((product_view(sku, locale) for sku in skus[:MAX_CARDS]), describe=describe)
+
+
+_cards_async = sync_to_async(_cards, thread_sensitive=False)
+
+
+async def _carded(decision: Decision, skus: tuple[str, ...], asked: answers.Asked) -> Decision:
+    """``decision`` with the cards of ``skus`` (described when the question asked attributes)."""
+    cards = await _cards_async(skus, decision.locale, "attributes" in asked.kinds)
+    return replace(decision, cards=cards) if cards else decision
+
+
+def _described_text(card: ProductCard, locale: str) -> str:
+    """The whole text of :func:`_described`'s answer (the card's description, facts and link)."""
+    zh = locale.split("-")[0] == "zh"
+    lines = [
+        f"目录里没有列出这一点。以下是「{card.title}」的介绍："
+        if zh
+        else f"The catalog does not list that for the {card.title}. Here is what it says about it:"
+    ]
+    if card.description:
+        lines.append(card.description)
+    lines += [f"{label}：{value}" if zh else f"{label}: {value}" for label, value in card.facts]
+    if card.url:
+        lines.append(f"商品页面：{card.url}" if zh else f"Product page: {card.url}")
+    return "\n".join(lines)
+
+
+async def _described(keys: ProductKeys, locale: str, asked: answers.Asked) -> Decision | None:
+    """With no model configured, a descriptive question ("is it dimmable?") about one product
+    whose catalog entry lacks the fact asked: the product's card with its description and
+    attributes, rather than nothing (issue 36 item 4); None with a model (it answers, grounded)
+    or when the product has neither description nor attributes."""
+    if "attributes" not in asked.kinds or configured_tiers():
+        return None
+    cards = await _cards_async((keys.names.sku,), locale, True)
+    if not cards or not (cards[0].description or cards[0].facts):
+        return None
+    return replace(
+        _decision(_described_text(cards[0], locale), locale, f"product {keys.names.sku}: described, no model"),
+        cards=cards,
+    )
 
 
 def _attribute_keys(found: Found) -> tuple[str, ...]:
@@ -123,7 +180,8 @@ async def product_decision(question: Question, locale: str, *, store_actions: bo
                 reply = await _answer_async(chosen, text, locale, pending)
                 if reply is not None:
                     await task_state.task_drop_async(cid)
-                    return _decision(reply, locale, f"product {chosen.names.sku}, picked from {len(task.choices)}")
+                    picked = _decision(reply, locale, f"product {chosen.names.sku}, picked from {len(task.choices)}")
+                    return await _carded(picked, (chosen.names.sku,), pending)
     if not found.products:
         return None
     if not asked.kinds:
@@ -143,9 +201,11 @@ async def product_decision(question: Question, locale: str, *, store_actions: bo
                 task_state.Task(intent="product", choices=tuple(p.names.sku for p in shown), email=_encode(asked)),
             )
         skus = ", ".join(p.names.sku for p in shown)
-        return _decision(answers.which_one_text(titles, locale), locale, f"product: which one of {skus}")
+        which = _decision(answers.which_one_text(titles, locale), locale, f"product: which one of {skus}")
+        return await _carded(which, tuple(p.names.sku for p in shown), asked)
     keys = found.products[0]
     reply = await _answer_async(keys, text, locale, asked)
     if reply is None:
-        return None
-    return _decision(reply, locale, f"product {keys.names.sku}: {'+'.join(asked.kinds)} s={found.scores[0]:.1f}")
+        return await _described(keys, locale, asked)
+    one = _decision(reply, locale, f"product {keys.names.sku}: {'+'.join(asked.kinds)} s={found.scores[0]:.1f}")
+    return await _carded(one, (keys.names.sku,), asked)

@@ -231,7 +231,7 @@
       case "stream.end":
         // A bot answer may have started, advanced or ended the shopper's task.
         if (["action", "product", "faq", "decline"].includes(f.route) || String(f.route).startsWith("llm.")) loadTask();
-        return upsertMessage({ id: f.id, seq: f.seq, role: "bot", text: f.text, route: f.route, cut: f.cut, streaming: false });
+        return upsertMessage({ id: f.id, seq: f.seq, role: "bot", text: f.text, route: f.route, cut: f.cut, cards: f.cards, streaming: false });
       case "status":
         return onStatus(f.status, f.agent || "");
       case "typing":
@@ -641,6 +641,8 @@
     state.info = state.rows.get(id) || null;
     state.msgs.clear();
     state.pendingWrong = null;
+    state.replyCards = [];
+    renderReplyCards();
     state.histBefore = null;
     state.histMore = false;
     state.histBusy = false;
@@ -788,7 +790,7 @@
   }
 
   function onMessage(f) {
-    upsertMessage({ id: f.id, seq: f.seq, role: f.role, text: f.text, route: f.route, cut: f.cut, agent: f.agent, attachments: f.attachments, streaming: false });
+    upsertMessage({ id: f.id, seq: f.seq, role: f.role, text: f.text, route: f.route, cut: f.cut, agent: f.agent, attachments: f.attachments, cards: f.cards, streaming: false });
     if (f.role === "shopper") $("typing").hidden = true;
   }
 
@@ -841,6 +843,7 @@
     rec.cp = Array.from(rec.text).length;
     rec.body.textContent = rec.text;
     renderFiles(rec.body, m.attachments);
+    renderCards(rec.body, m.cards);
     if (m.marked_wrong) rec.marked = true; // history: an agent already marked its cached answer wrong
     if (m.reason) rec.reason = m.reason; // history only: live frames are shared with the shopper and carry none
     rec.m = m.reason || !rec.reason ? m : { ...m, reason: rec.reason };
@@ -848,6 +851,139 @@
     rec.el.classList.toggle("is-streaming", !!m.streaming);
     if (!older) scrollLog();
   }
+
+  // --- product cards (docs/console.md, "Product cards"): every field set as text, never markup;
+  // a link or image only over http(s) (a catalog path resolves against the store's own site, the
+  // first of the page's data-store-origins, else is shown as text).
+  const STORE_ORIGIN = (document.body.dataset.storeOrigin || "").trim();
+
+  function cardAddress(value) {
+    if (typeof value !== "string" || !value) return null;
+    if (value.startsWith("/") && !value.startsWith("//") && !STORE_ORIGIN) return null;
+    let url = null;
+    try {
+      url = new URL(value, STORE_ORIGIN || undefined);
+    } catch (_) {
+      return null;
+    }
+    return url.protocol === "http:" || url.protocol === "https:" ? url.href : null;
+  }
+
+  function cardNode(c) {
+    const card = el("div", "pcard");
+    card.dataset.sku = String(c.sku || "");
+    const src = cardAddress(c.image);
+    if (src) {
+      const img = el("img", "pcard__img");
+      img.src = src;
+      img.alt = String(c.title || "");
+      img.loading = "lazy";
+      img.referrerPolicy = "no-referrer";
+      card.append(img);
+    }
+    const body = el("div", "pcard__body");
+    body.append(el("div", "pcard__title", String(c.title || "")));
+    const line = [String(c.price_text || ""), String(c.sku || "")].filter(Boolean).join(" · ");
+    body.append(el("div", "pcard__price", line));
+    if (typeof c.stock === "number") {
+      body.append(el("div", "pcard__stock", c.stock > 0 ? interpolate(gettext("In stock: %s"), [c.stock]) : gettext("Out of stock")));
+    }
+    if (typeof c.description === "string" && c.description) body.append(el("p", "pcard__desc", c.description));
+    const href = cardAddress(c.url);
+    if (href) {
+      const a = el("a", "pcard__link", gettext("Product page"));
+      a.href = href;
+      a.target = "_blank";
+      a.rel = "noopener noreferrer nofollow";
+      body.append(a);
+    }
+    card.append(body);
+    return card;
+  }
+
+  function renderCards(body, cards) {
+    if (!Array.isArray(cards) || !cards.length) return;
+    const box = el("div", "pcards");
+    for (const c of cards.slice(0, 3)) if (c && typeof c === "object") box.append(cardNode(c));
+    body.append(box);
+  }
+
+  // The product lookup (GET /console/api/products): a result's "Insert" adds its card to the
+  // reply being written (at most 3); the server builds the cards again from the catalog by SKU.
+  state.replyCards = [];
+  let productTimer = null;
+  let productSeq = 0;
+
+  function renderReplyCards() {
+    const box = $("reply-cards");
+    box.replaceChildren();
+    for (const c of state.replyCards) {
+      const chip = el("li", "reply-card");
+      chip.dataset.sku = c.sku;
+      chip.append(el("span", null, `${c.title} · ${c.price_text}`));
+      const x = el("button", "btn btn--link", gettext("Remove"));
+      x.type = "button";
+      x.addEventListener("click", () => {
+        state.replyCards = state.replyCards.filter((r) => r.sku !== c.sku);
+        renderReplyCards();
+      });
+      chip.append(x);
+      box.append(chip);
+    }
+    box.hidden = !state.replyCards.length;
+  }
+
+  async function lookUpProducts() {
+    const q = $("product-q").value.trim();
+    const list = $("product-results");
+    const status = $("product-status");
+    const mySeq = ++productSeq;
+    if (!q) {
+      list.replaceChildren();
+      status.textContent = "";
+      return;
+    }
+    const locale = (state.info && state.info.locale) || "en";
+    let results = [];
+    try {
+      const r = await fetch(`/console/api/products?q=${encodeURIComponent(q)}&locale=${encodeURIComponent(locale)}`, { credentials: "same-origin" });
+      if (!r.ok) throw new Error(String(r.status));
+      results = (await r.json()).results || [];
+    } catch (e) {
+      if (mySeq === productSeq) status.textContent = interpolate(gettext("Product lookup failed: %s"), [e.message]);
+      return;
+    }
+    if (mySeq !== productSeq) return;
+    list.replaceChildren();
+    status.textContent = results.length ? "" : gettext("No product found");
+    for (const c of results) {
+      const li = el("li", "product-hit");
+      li.append(cardNode(c));
+      const add = el("button", "btn", gettext("Insert card"));
+      add.type = "button";
+      add.dataset.sku = String(c.sku);
+      add.addEventListener("click", () => {
+        if (state.replyCards.some((r) => r.sku === c.sku)) return;
+        if (state.replyCards.length >= 3) return notify(gettext("At most 3 product cards a message"), true);
+        state.replyCards.push(c);
+        renderReplyCards();
+        $("reply").focus();
+      });
+      li.append(add);
+      list.append(li);
+    }
+  }
+  $("product-q").addEventListener("input", () => {
+    clearTimeout(productTimer);
+    productTimer = setTimeout(lookUpProducts, 250);
+  });
+  $("product-q").addEventListener("keydown", (event) => {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      clearTimeout(productTimer);
+      lookUpProducts();
+    }
+  });
 
   // --- attachments (docs/console.md, "Photos"): thumbnails that open in a new tab; an agent
   // sends a picture by uploading it (the console's session) and then a message naming it.
@@ -1193,19 +1329,25 @@
   function sendReply() {
     const reply = $("reply");
     const text = reply.value;
-    if (!text.trim() || !mine()) return;
+    const cards = state.replyCards.slice();
+    if ((!text.trim() && !cards.length) || !mine()) return;
     if ([...text].length > state.maxChars) return notify(interpolate(gettext("At most %s characters"), [state.maxChars]), true);
     const frame = { type: "message", conversation: state.open, client_id: newClientId(), text };
+    if (cards.length) frame.cards = cards.map((c) => c.sku);
     // Shown at once as "sending"; replaced by the stored message when the server acknowledges it,
     // resent after a reconnect until then (offline, it simply waits).
     const li = el("li", "msg msg--agent msg--pending");
     li.dataset.seq = String(Number.MAX_SAFE_INTEGER);
-    li.append(el("div", "msg__meta", gettext("Sending…")), el("div", "msg__body", text));
+    const pendingBody = el("div", "msg__body", text);
+    renderCards(pendingBody, cards);
+    li.append(el("div", "msg__meta", gettext("Sending…")), pendingBody);
     $("log").append(li);
     scrollLog();
     state.pending.set(frame.client_id, { frame, el: li });
     send(frame);
     reply.value = "";
+    state.replyCards = [];
+    renderReplyCards();
     $("suggest-hint").textContent = "";
     state.lastTypingAt = 0; // the next message's typing is announced at once, not throttled
   }

@@ -121,6 +121,9 @@
       attachUploading: (name) => `Uploading ${name}…`,
       attachAlt: (name) => `Photo: ${name}`,
       attachOpen: (name) => `Open ${name} in a new tab`,
+      cardInStock: (n) => `In stock (${n})`,
+      cardOutOfStock: "Out of stock",
+      cardView: "View product",
       attachErrors: {
         too_large: "That file is too large (10 MB at most), or this chat holds too many files.",
         unsupported_type: "Only photos (JPEG, PNG, WebP, GIF, HEIC) and PDF files can be sent.",
@@ -200,6 +203,9 @@
       attachUploading: (name) => `正在上传 ${name}…`,
       attachAlt: (name) => `图片：${name}`,
       attachOpen: (name) => `在新标签页中打开 ${name}`,
+      cardInStock: (n) => `有货（${n} 件）`,
+      cardOutOfStock: "暂时缺货",
+      cardView: "查看商品",
       attachErrors: {
         too_large: "文件过大（最多 10 MB），或本次对话的文件已达上限。",
         unsupported_type: "只能发送图片（JPEG、PNG、WebP、GIF、HEIC）和 PDF 文件。",
@@ -743,9 +749,76 @@
     rec.bubble.appendChild(box);
   }
 
+  // Product cards (docs/protocol.md, "Product cards"): every field set as text, never markup; a
+  // link or an image only over http(s) (a path resolves against the page) on the store's domains
+  // (`link_domains`), an image also on `image_hosts`; any other address is left out.
+  let imageHosts = [];
+
+  function cardAddress(value, hosts) {
+    if (typeof value !== "string" || !value) return null;
+    let url = null;
+    try {
+      url = new URL(value, document.baseURI);
+    } catch (_) {
+      return null;
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") return null;
+    const host = url.hostname.toLowerCase().replace(/\.$/, "");
+    const own = value.startsWith("/") && !value.startsWith("//") && url.origin === location.origin;
+    return own || hosts.some((d) => host === d || host.endsWith(`.${d}`)) ? url.href : null;
+  }
+
+  function renderCards(rec) {
+    if (!Array.isArray(rec.cards) || !rec.cards.length) return;
+    const box = h("div", "kefu-cards");
+    for (const c of rec.cards.slice(0, 3)) {
+      if (!c || typeof c !== "object") continue;
+      const card = h("div", "kefu-card");
+      card.dataset.sku = String(c.sku || "");
+      const src = cardAddress(c.image, linkDomains.concat(imageHosts));
+      if (src) {
+        const img = h("img", "kefu-card-img");
+        img.src = src;
+        img.alt = String(c.title || "");
+        img.loading = "lazy";
+        img.referrerPolicy = "no-referrer";
+        card.appendChild(img);
+      }
+      const body = h("div", "kefu-card-body");
+      body.appendChild(h("div", "kefu-card-title", String(c.title || "")));
+      if (c.price_text) body.appendChild(h("div", "kefu-card-price", String(c.price_text)));
+      if (typeof c.stock === "number") {
+        const inStock = c.stock > 0;
+        const st = h("div", `kefu-card-stock${inStock ? "" : " is-out"}`, inStock ? T.cardInStock(c.stock) : T.cardOutOfStock);
+        body.appendChild(st);
+      }
+      if (typeof c.description === "string" && c.description) body.appendChild(h("p", "kefu-card-desc", c.description));
+      if (Array.isArray(c.facts) && c.facts.length) {
+        const dl = h("dl", "kefu-card-facts");
+        for (const f of c.facts) {
+          if (!Array.isArray(f) || f.length < 2) continue;
+          dl.append(h("dt", null, String(f[0])), h("dd", null, String(f[1])));
+        }
+        body.appendChild(dl);
+      }
+      const href = cardAddress(c.url, linkDomains);
+      if (href) {
+        const a = h("a", "kefu-card-link", T.cardView);
+        a.href = href;
+        a.target = "_blank";
+        a.rel = "noopener noreferrer nofollow";
+        body.appendChild(a);
+      }
+      card.appendChild(body);
+      box.appendChild(card);
+    }
+    rec.bubble.appendChild(box);
+  }
+
   function paint(rec) {
     renderRich(rec.bubble, rec.text, rec.role === "bot");
     renderAttachments(rec);
+    renderCards(rec);
     rec.el.classList.toggle("is-pending", !!rec.pendingSend);
     rec.el.classList.toggle("is-failed", !!rec.failed);
     rec.el.classList.toggle("is-streaming", !!rec.streaming);
@@ -1434,6 +1507,7 @@
     state.conversation = id;
     state.token = String(f.token);
     if (Array.isArray(f.link_domains)) linkDomains = f.link_domains.map((d) => String(d).toLowerCase());
+    if (Array.isArray(f.image_hosts)) imageHosts = f.image_hosts.map((d) => String(d).toLowerCase());
     // A signed-in customer's conversation is not kept in the browser: after they sign out, the
     // next person at this device must not resume it (a page of theirs signs them in again).
     if (f.customer) storage.remove("conversation");
@@ -1493,6 +1567,7 @@
       if (known.streaming || (!known.endedByStream && known.text !== text)) {
         known.streaming = false;
         known.text = text;
+        if (Array.isArray(f.cards)) known.cards = f.cards;
         if (f.cut) known.cut = true;
         repaintSoon(known);
       }
@@ -1510,6 +1585,7 @@
       route: f.route,
       agent: f.agent || null,
       attachments: Array.isArray(f.attachments) ? f.attachments : [],
+      cards: Array.isArray(f.cards) ? f.cards : [],
     });
     if (role === "agent" && f.agent) state.agentName = state.agentName || f.agent;
     byId.set(rec.id, rec);
@@ -1576,6 +1652,7 @@
     }
     const wasDone = rec.endedByStream && !rec.streaming;
     if (typeof f.text === "string") rec.text = f.text;
+    if (Array.isArray(f.cards)) rec.cards = f.cards;
     rec.streaming = false;
     rec.endedByStream = true;
     rec.cut = !!f.cut;

@@ -10,7 +10,8 @@ asks about its price, stock, options or attributes is answered from the catalog 
   one" or "the black one" answers it later with the question first asked.
 - A follow-up that names no product ("how much is it?", "is it in stock?", "what about in
   blue?", "那个灰色的多少钱？"): the conversation's product, narrowed to the variant it was last
-  narrowed to, or to the option the follow-up names.
+  narrowed to, or to the option the follow-up names (an option it does not come in: the options
+  it does).
 - No product named or meant, or none of the facts asked in the catalog: None, and the router goes
   on as it would without a catalog (never an invented product).
 
@@ -274,8 +275,14 @@ async def product_decision(question: Question, locale: str, *, history: HistoryL
                         return _decision(reply, locale, f"product {chosen.names.sku}, picked from {skus}")
             if follow_up and rest is not None and ctx.focus is not None and _belongs(rest, ctx.focus):
                 keys = ctx.focus
-                variants = _variants(keys, normalise(text)) or ctx.variants
+                norm = normalise(text)
+                named = _variants(keys, norm)
+                variants = named or ctx.variants
                 wanted = asked if asked.kinds else ctx.asked
+                if not named and _said(snapshot, norm):
+                    # An option it does not come in ("is it in grey?" of a brass lamp): what it
+                    # comes in, never the whole product's stock as if that were the answer.
+                    variants, wanted = (), answers.Asked(kinds=("options",))
                 reply = await _answer_async(keys, wanted, locale, variants)
                 if reply is not None:
                     kinds = "+".join(wanted.kinds)

@@ -229,6 +229,8 @@ async def test_a_named_option_sticks_to_its_variant_until_another_product_is_nam
     assert end["route"] == "product" and end["text"].startswith("The Ember Table Lamp costs $129.00.")
     _, end = await ask(make_client, "is it in stock?", shopper=shopper)
     assert end["text"].startswith("Stock of the Ember Table Lamp:\n1. brass: in stock (14)\n2. black: out of stock")
+    _, end = await ask(make_client, "do you have it in grey?", shopper=shopper)  # the throw's option
+    assert end["text"].startswith("The Ember Table Lamp comes in finish brass, black.")
     # A follow-up with nothing before it is not answered from the catalog.
     _, end = await ask(make_client, "how much is it?")
     assert end["route"] != "product"

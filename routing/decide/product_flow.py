@@ -166,12 +166,21 @@ def _belongs(rest: list[str], focus: ProductKeys) -> bool:
     return all((w in words) if w.isascii() else (w in chars) for w in rest)
 
 
+def _may_pick(snapshot: CatalogSnapshot, text: str, found: Found, asked: answers.Asked) -> bool:
+    """Whether ``text`` may answer an open "which one?": a short message asking nothing ("the
+    first one", "the black one"), or a follow-up asking a fact of one ("how much is the floor
+    one?")."""
+    if len(terms(text)) <= SHORT and not asked.kinds:
+        return True
+    return not found.products and bool(asked.kinds) and _follow_up_rest(snapshot, text) is not None
+
+
 def _step(ctx: Context, text: str, at: int, snapshot: CatalogSnapshot) -> Context:
     """``ctx`` after the shopper's message ``text`` (turn ``at``), as the route took it."""
     found = find(snapshot, text)
     asked = answers.asked(text, _attribute_keys(found.products or ((ctx.focus,) if ctx.focus else ())))
     norm = normalise(text)
-    if ctx.choices and len(terms(text)) <= SHORT and not asked.kinds:
+    if ctx.choices and _may_pick(snapshot, text, found, asked):
         ordinal = ordinal_in(text) is not None
         if ordinal and ctx.order_which_at > ctx.choices_at:
             return replace(ctx, order_which_at=-1)  # it answered the newer "which order?"
@@ -180,7 +189,7 @@ def _step(ctx: Context, text: str, at: int, snapshot: CatalogSnapshot) -> Contex
             return Context(
                 focus=chosen,
                 variants=_variants(chosen, norm),
-                asked=ctx.choices_asked,
+                asked=asked if asked.kinds else ctx.choices_asked,
                 order_which_at=ctx.order_which_at,
             )
     if len(found.products) == 1:
@@ -266,10 +275,11 @@ async def product_decision(question: Question, locale: str, *, history: HistoryL
         follow_up = rest is not None and (asked.kinds or _said(snapshot, normalise(text)))
         if pick_like or follow_up:
             ctx = await _context(question, history)
-            if ctx.choices and may_pick and not (ordinal and ctx.order_which_at > ctx.choices_at):
+            if ctx.choices and (may_pick or follow_up) and not (ordinal and ctx.order_which_at > ctx.choices_at):
                 chosen = _pick(text, ctx.choices)
                 if chosen is not None:
-                    reply = await _answer_async(chosen, ctx.choices_asked, locale, _variants(chosen, normalise(text)))
+                    wanted = asked if asked.kinds else ctx.choices_asked
+                    reply = await _answer_async(chosen, wanted, locale, _variants(chosen, normalise(text)))
                     if reply is not None:
                         skus = ", ".join(p.names.sku for p in ctx.choices)
                         return _decision(reply, locale, f"product {chosen.names.sku}, picked from {skus}")

@@ -170,6 +170,11 @@ async def test_two_similar_products_ask_which_one_and_the_first_answers(make_cli
     # Answered: "the second one" now picks nothing.
     _, end = await ask(make_client, "the second one", shopper=shopper)
     assert end["route"] != "product"
+    # A pick may ask a fact of its own.
+    shopper, end = await ask(make_client, "is the Ember lamp in stock?")
+    assert end["text"] in WHICH_LAMP
+    _, end = await ask(make_client, "how much is the floor one?", shopper=shopper)
+    assert end["route"] == "product" and end["text"].startswith("The Ember Floor Lamp costs $219.00.")
 
 
 async def test_unknown_product_is_not_answered_by_the_catalog(make_client, faq, products):

@@ -267,7 +267,7 @@ async def product_decision(question: Question, locale: str, *, history: HistoryL
     ordinal = ordinal_in(text) is not None
     words = terms(text)
     may_pick = len(words) <= SHORT and not asked.kinds
-    if history is not None and question.seq > 1 and not found.one:
+    if history is not None and question.seq > 1 and (may_pick or not found.one):
         pick_like = may_pick and (
             found.products or ordinal or snapshot.vocabulary & set(words) or _said(snapshot, normalise(text))
         )

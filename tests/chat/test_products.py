@@ -170,6 +170,10 @@ async def test_two_similar_products_ask_which_one_and_the_first_answers(make_cli
     # Answered: "the second one" now picks nothing.
     _, end = await ask(make_client, "the second one", shopper=shopper)
     assert end["route"] != "product"
+    # A pick naming the whole product keeps the question asked ("how much").
+    shopper, end = await ask(make_client, "how much is the Ember lamp?")
+    _, end = await ask(make_client, "the Ember Floor Lamp", shopper=shopper)
+    assert end["text"] == "The Ember Floor Lamp costs $219.00.\nProduct page: https://shop.example/ember-floor"
     # A pick may ask a fact of its own.
     shopper, end = await ask(make_client, "is the Ember lamp in stock?")
     assert end["text"] in WHICH_LAMP

@@ -4,8 +4,10 @@ Loads a catalog file (default: the demo catalog, ``store/demo/products.jsonl``) 
 SQLite database, builds the catalog index and asks ``routing.decide.product_flow.product_decision``
 (the route's real code, no server) questions written here from question templates in English and
 Chinese: prices, stock (whole product and a named option), options, attributes, misspelt and
-shortened names, look-alike products ("which one?") and questions the catalog must not answer
-(unknown products, category and generic words).
+shortened names, names written as one word ("Ember tablelamp"), look-alike products ("which
+one?", or the one an option names) and questions the catalog must not answer (unknown products,
+category and generic words). Single messages only: follow-ups over several turns are tested over
+the socket (tests/chat/test_products.py).
 
 "Right": for a question about one product, the answer is route ``product`` and states the asked
 fact of the right product and variant (its price, its stock figure or "out of stock", its option
@@ -125,6 +127,24 @@ NONE_EN = [
     "how much is the Nimbus pendant?",
 ]
 NONE_ZH = ["那个椅子多少钱？", "这个商品有货吗？", "我的订单到哪了？", "台灯多少钱", "花瓶有货吗", "极光毯子有蓝色的吗"]
+# Added with the joined-word and option rules (issue 35, review): names written as one word, a
+# look-alike told apart by an option only one of them has, generic words written as one.
+# (text, locale, skus, kind, variant); kind "none" for no product.
+EXTRA = [
+    ("how much is the Ember tablelamp?", "en", ["LL-EMBER-TL"], "price", None),
+    ("is the embrfloorlamp in stock?", "en", ["LL-EMBER-FL"], "stock", None),
+    ("price of the tidewatervase?", "en", ["LL-TIDE-VS"], "price", None),
+    ("do you have the woolthrow in stock?", "en", ["LL-LOOM-WT"], "stock", None),
+    ("how much is the papermoon pendant?", "en", ["LL-MOON-PD"], "price", None),
+    ("how much is the embrlamp?", "en", ["LL-EMBER-TL", "LL-EMBER-FL"], "which", None),
+    ("Is the Tidewaterpiece in stock?", "en", ["LL-TIDE-VS", "LL-TIDE-BW"], "which", None),
+    ("Do you have the Loom throw in charcoal?", "en", ["LL-LOOM-CT"], "stock", "LL-LOOM-CT-CHR"),
+    ("how much is the loom blanket in natural?", "en", ["LL-LOOM-CT"], "price", "LL-LOOM-CT-NAT"),
+    ("织机盖毯炭灰色的有货吗？", "zh", ["LL-LOOM-CT"], "stock", "LL-LOOM-CT-CHR"),
+    ("织机盖毯本色的多少钱？", "zh", ["LL-LOOM-CT"], "price", "LL-LOOM-CT-NAT"),
+    ("is this itemorder in stock?", "en", [], "none", None),
+    ("how much is the productitem?", "en", [], "none", None),
+]
 
 
 def load_catalog(path: Path) -> dict[str, dict[str, dict]]:
@@ -196,9 +216,13 @@ def demo_questions(cat: dict[str, dict[str, dict]]) -> list[dict]:
         add(t, "en", [], "none")
     for t in NONE_ZH:
         add(t, "zh", [], "none")
-    # 300 in all: every look-alike and no-product question, and product questions dropped evenly.
-    keep = [q for q in qs if q["expect"]["kind"] in ("which", "none")]
-    rest = [q for q in qs if q["expect"]["kind"] not in ("which", "none")]
+    for text, locale, skus, kind, variant in EXTRA:
+        add(text, locale, skus, kind, variant)
+    # 300 in all: every look-alike, no-product and added question, and product questions dropped
+    # evenly.
+    extra = {t for t, *_ in EXTRA}
+    keep = [q for q in qs if q["expect"]["kind"] in ("which", "none") or q["text"] in extra]
+    rest = [q for q in qs if q not in keep]
     room = 300 - len(keep)
     step = len(rest) / room
     return keep + [rest[int(i * step)] for i in range(room)]
@@ -288,9 +312,7 @@ def main() -> None:
     async def run() -> list[tuple[dict, str | None, str | None]]:
         out = []
         for q in qs:
-            d = await product_decision(
-                Question(None, None, 1, q["text"], q["locale"]), q["locale"], store_actions=False
-            )
+            d = await product_decision(Question(None, None, 1, q["text"], q["locale"]), q["locale"])
             out.append((q, d.text if d else None, d.route if d else None))
         return out
 

@@ -13,9 +13,11 @@ Order of checks (docs/routing.md):
 1c. the question complained about asked again (the same FAQ intent, or else an embedding cosine
    >= ``repeat.SIMILARITY``) within
    ``repeat.TURNS`` turns of the complaint -> ``handoff`` ("asked again after a thumbs-down");
-1d. a message naming a catalog product and asking its price, stock, options or attributes ->
+1d. a message naming a catalog product and asking its price, stock, options or attributes, or a
+   follow-up about the conversation's product ("how much is it?") ->
    ``product`` (``routing.decide.product_flow``: the catalog's data in a template, no model), or
-   "which one do you mean?" when several products fit;
+   "which one do you mean?" when several products fit (a bare "the first one" answering a
+   product's "which one?" newer than an order's is taken here, before step 1b);
 2. the local FAQ model is confident -> ``faq`` (the entry's answer, placeholders filled); an order
    intent whose order is known -> ``action`` (the store's data in a template, no model call);
    a message naming an order (number and e-mail) -> ``action``;
@@ -129,6 +131,13 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         )
     rule = rule_for(text)  # keyword rules (KEFU_TIER_RULES_PATH): a handoff rule queues for a person
     asks_for_person = wants_human(text, locale) or (rule is not None and rule.action == HANDOFF)
+    # A bare "the first one" answers the newer "which one?" kefu asked: a product's
+    # (routing.decide.product_flow reads it back from the conversation) before an order's.
+    ordinal = tasks.ordinal_in(text) is not None and not asks_for_person
+    if ordinal:
+        picked = await product_flow.product_decision(question, locale, history=history)
+        if picked is not None:
+            return picked
     # A message that only supplies a piece of the conversation's task (routing.orders.tasks): an
     # e-mail, an order number, a yes/no to what kefu offered; a bare yes/no with nothing pending
     # gets kefu's own reply, or goes back to the remote model whose question it answers.
@@ -141,10 +150,10 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     # catalog answers by template (routing.decide.product_flow), before the FAQ. Without a
     # complaint in reach (step 1c needs the message's classification) it is tried before the
     # text is classified, so a product answer costs no embedding.
-    products_on = not asks_for_person and not follow_up
+    products_on = not asks_for_person and not follow_up and not ordinal
     product_first = products_on and not (store_actions and repeat.complaint_in_reach(question))
     if product_first:
-        product = await product_flow.product_decision(question, locale, store_actions=store_actions)
+        product = await product_flow.product_decision(question, locale, history=history)
         if product is not None:
             return product
 
@@ -161,7 +170,7 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
     if again is not None:
         return handoff_decision(locale=locale, reason=again)
     if products_on and not product_first:
-        product = await product_flow.product_decision(question, locale, store_actions=store_actions)
+        product = await product_flow.product_decision(question, locale, history=history)
         if product is not None:
             return product
     match, verdict = classified.match, classified.verdict

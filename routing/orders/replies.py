@@ -466,6 +466,12 @@ def which_order(orders: Sequence[Order], locale: str) -> str:
     )
 
 
+def is_which_order(text: str) -> bool:
+    """Whether a bot answer read back from the conversation is a :func:`which_order` question
+    (so a later "the first one" can tell which "which one?" is the newer)."""
+    return text.startswith(("Which order do you mean?\n", "您指的是哪一个订单？\n"))
+
+
 def pick_again(count: int, locale: str) -> str:
     """The shopper picked a position kefu did not list ("the fourth one" of two)."""
     if _zh(locale):

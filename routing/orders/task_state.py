@@ -23,10 +23,11 @@ from routing.models import ConversationTask
 
 __all__ = ["AWAITING", "INTENTS", "Task", "task_drop", "task_get", "task_save", "task_view", "tasks_forget"]
 
-#: The intents a task can have: the store actions of ``KEFU_ACTION_INTENTS``, and ``product``: a
-#: "which one do you mean?" between catalog products (``routing.decide.product_flow``: ``choices``
-#: the products' skus, ``email`` the facts asked), which the order paths leave alone.
-INTENTS = ("cancel", "return", "change", "change_address", "status", "refund_status", "product")
+#: The intents a task can have: the store actions of ``KEFU_ACTION_INTENTS``. (A product's "which
+#: one do you mean?" is no task: ``routing.decide.product_flow`` reads it back from the
+#: conversation, so it never replaces an order task; a ``product`` row an earlier version stored
+#: is left alone by the order paths until it expires.)
+INTENTS = ("cancel", "return", "change", "change_address", "status", "refund_status")
 #: What a task waits for: a missing piece (""), a yes/no to an offered change, a yes/no to
 #: checking an expired task again.
 AWAITING = ("", "confirm", "recheck")

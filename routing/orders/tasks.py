@@ -108,7 +108,7 @@ async def continue_task(question: Question, locale: str, history: HistoryLoader)
     if cid is not None and store.store_on():
         task = await task_state.task_get_async(cid, question.session_from_seq)
     if task is not None and task.intent == "product":
-        return None  # a "which one?" between products: routing.decide.product_flow answers it
+        return None  # an earlier version's "which one?" between products: no order task
     if task is not None:
         if pick is not None and number is None and task.choices:
             number = task.choices[pick] if -len(task.choices) <= pick < len(task.choices) else None

@@ -14,7 +14,16 @@ from decimal import Decimal
 
 from store.types import ProductVariantView, ProductView
 
-__all__ = ["KINDS", "asked", "money", "product_text", "variants_named", "which_one_text"]
+__all__ = [
+    "KINDS",
+    "asked",
+    "money",
+    "product_text",
+    "rest_words",
+    "variants_named",
+    "which_one_text",
+    "which_one_titles",
+]
 
 KINDS = ("price", "stock", "options", "attributes", "overview")
 
@@ -117,18 +126,136 @@ def asked(text: str, attribute_keys: tuple[str, ...] = ()) -> Asked:
     return Asked(tuple(kinds), tuple(attrs))
 
 
+# The small words of a question that asks about "it" ("how much is it?", "is it still in stock?",
+# "那个灰色的多少钱？"): what is left of a follow-up once its asking phrases are taken out.
+SMALL_WORDS = frozenset(
+    [
+        "it",
+        "its",
+        "it's",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "the",
+        "a",
+        "an",
+        "this",
+        "that",
+        "these",
+        "those",
+        "one",
+        "ones",
+        "they",
+        "them",
+        "their",
+        "do",
+        "does",
+        "did",
+        "you",
+        "your",
+        "have",
+        "has",
+        "had",
+        "got",
+        "get",
+        "any",
+        "still",
+        "how",
+        "much",
+        "many",
+        "what",
+        "what's",
+        "which",
+        "about",
+        "and",
+        "or",
+        "in",
+        "on",
+        "for",
+        "of",
+        "at",
+        "with",
+        "too",
+        "also",
+        "then",
+        "now",
+        "please",
+        "pls",
+        "currently",
+        "right",
+        "there",
+        "here",
+        "i",
+        "i'm",
+        "me",
+        "my",
+        "we",
+        "can",
+        "could",
+        "would",
+        "will",
+        "buy",
+        "come",
+        "comes",
+        "ok",
+        "okay",
+        "so",
+        "again",
+        "same",
+        "more",
+        "tell",
+        "as",
+        "well",
+        "but",
+        "just",
+        "only",
+        "want",
+        "like",
+        "need",
+        "if",
+        "there's",
+        "by",
+        "yet",
+        "else",
+        "other",
+        "another",
+        "same",
+    ]
+)
+SMALL_CHARS = frozenset("它这那个款件只的吗呢了还呀啊吧么嘛是有请问也和就都现在一下要买想能可以我你您们嗯哦呃")
+_ASKING = [_PRICE, _STOCK, _OPTIONS, _OVERVIEW, *_ATTRIBUTE_RE.values()]
+
+
+def rest_words(norm_text: str, said: tuple[str, ...] = ()) -> list[str]:
+    """What the normalised message says besides asking for a fact, small words and the phrases
+    ``said`` (option values: "grey", "灰色"): its other words of spaced scripts and its other
+    Chinese characters. Empty for "how much is it?", "is it in grey?", "那个灰色的多少钱？"."""
+    text = norm_text
+    for phrase in sorted(said, key=len, reverse=True):
+        if phrase:
+            text = text.replace(phrase, " ")
+    for rx in _ASKING:
+        text = rx.sub(" ", text)
+    rest = [w for w in re.findall(r"[a-z0-9]+(?:['’][a-z]+)?", text) if w not in SMALL_WORDS]
+    rest += [c for c in re.findall(r"[\u3400-\u9fff\uf900-\ufaff]", text) if c not in SMALL_CHARS]
+    return rest
+
+
 def _compact(value: str) -> str:
     return re.sub(r"\s+|cm\b|厘米", "", value.lower()).replace("×", "x").replace("*", "x")
 
 
-def variants_named(view: ProductView, norm_text: str, option_values: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
-    """The variant skus the normalised message ``norm_text`` narrows ``view`` to, by option values
-    in any language (``option_values``: ``{variant sku: normalised values}``) or by SKU; () when
-    it names none or a combination no variant has. A value with digits also matches written
-    compactly ("150x200" for "150 × 200 cm")."""
-    by_sku = [
-        v.sku for v in view.variants if re.search(rf"(?<![a-z0-9]){re.escape(v.sku.lower())}(?![a-z0-9])", norm_text)
-    ]
+def variants_named(
+    variant_skus: tuple[str, ...], norm_text: str, option_values: dict[str, tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The variant skus (of ``variant_skus``, a product's) the normalised message ``norm_text``
+    narrows to, by option values in any language (``option_values``: ``{variant sku: normalised
+    values}``) or by SKU; () when it names none or a combination no variant has. A value with
+    digits also matches written compactly ("150x200" for "150 × 200 cm")."""
+    by_sku = [s for s in variant_skus if re.search(rf"(?<![a-z0-9]){re.escape(s.lower())}(?![a-z0-9])", norm_text)]
     if by_sku:
         return tuple(by_sku)
     compact = _compact(norm_text)
@@ -147,7 +274,7 @@ def variants_named(view: ProductView, norm_text: str, option_values: dict[str, t
         return ()
     # A value and its translation name the same option: a variant fits when each named value is
     # one of its own values, counting every language's values as its own.
-    return tuple(v.sku for v in view.variants if named <= set(option_values.get(v.sku, ())))
+    return tuple(s for s in variant_skus if named <= set(option_values.get(s, ())))
 
 
 def money(amount: Decimal, currency: str) -> str:
@@ -286,6 +413,24 @@ def product_text(view: ProductView, asked_: Asked, variant_skus: tuple[str, ...]
     if view.url:
         parts.append(f"商品页面：{view.url}" if zh else f"Product page: {view.url}")
     return "\n".join(parts)
+
+
+_WHICH_EN = re.compile(r"Which one do you mean: the (.+)\?")
+_WHICH_ZH = "您问的是哪一款："
+
+
+def which_one_titles(text: str) -> list[str] | None:
+    """The titles a "which one?" of :func:`which_one_text` named, in the order shown; None for
+    any other text (a bot answer read back from the conversation)."""
+    text = text.strip()
+    if text.startswith(_WHICH_ZH):
+        titles = re.findall(r"「([^」]+)」", text)
+        return titles if len(titles) >= 2 else None
+    m = _WHICH_EN.fullmatch(text)
+    if m is None:
+        return None
+    titles = re.split(r", the | or the ", m.group(1))
+    return titles if len(titles) >= 2 else None
 
 
 def which_one_text(titles: list[str], locale: str) -> str:

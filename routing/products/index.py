@@ -11,12 +11,22 @@ catalog_names``: titles in every language, tags, SKUs, option values), turned in
   names a product;
 - misspelt or shortened naming words (same first letter): a close spelling (difflib ratio >= 0.8
   from four letters, 0.85 for three: "embr", "tidewatr", "wol") or a prefix of four letters or
-  more and at least 0.4 of the word ("tide" for "tidewater").
+  more and at least 0.4 of the word ("tide" for "tidewater");
+- two words written as one ("floorlamp", "embrlamp", "tidewatervase"): a word the catalog does
+  not know that splits into two parts of three letters or more, each a catalog word (a naming,
+  category or tag word; one as written, the other maybe misspelt), is read as those two words.
+  Generic words are no catalog words: they are split off a catalog word ("tidewaterpiece") and
+  count for nothing, but never make a split of their own ("itemorder"); split words name a
+  product only as the separate words would.
 
 :meth:`CatalogIndex.find` scores each product (a naming word 1, a misspelt or shortened one 0.9,
 a category word of its title 0.5, one of its tags only 0.25, a SKU 10) and returns the products
-named: the best one, or every product less than 0.5 below the best when several fit ("which one
-do you mean?").
+named: the best one, or every product less than 0.45 below the best when several fit ("which one
+do you mean?"). Of several that fit, an option value only some of them have narrows them to those
+("the Loom throw in grey": only the wool throw comes in grey), then the one whose whole title the
+message holds wins ("Morning Mug" against "Morning Mug Set of 2"). A title's first naming word
+alone names it in Chinese or in a message of at most four other words than its option values
+("the Ember?", "loom blanket in natural?").
 
 The index is loaded at start-up and kept fresh by a poller (``KEFU_PRODUCTS_POLL_S``, like the
 FAQ registry's): a product added or renamed by an import in any process is found within that
@@ -156,6 +166,7 @@ class ProductKeys:
     tagged: frozenset[str]
     skus: tuple[str, ...]
     options: dict[str, tuple[str, ...]]
+    option_terms: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -180,6 +191,11 @@ class CatalogSnapshot:
     naming_words: frozenset[str] = frozenset()
     option_words: frozenset[str] = frozenset()
     by_sku: dict[str, ProductKeys] = field(default_factory=dict)
+    #: every naming, category or tag word (Chinese: bigrams), for joined words and follow-ups
+    vocabulary: frozenset[str] = frozenset()
+    vocabulary_by_letter: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: normalised title (any language) -> sku: reading back a "which one?" kefu asked
+    by_title: dict[str, str] = field(default_factory=dict)
 
 
 def build(names: Iterable[ProductNames], fingerprint: tuple[int, int, str] | None = None) -> CatalogSnapshot:
@@ -214,15 +230,35 @@ def build(names: Iterable[ProductNames], fingerprint: tuple[int, int, str] | Non
         skus = (normalise(n.sku), *(normalise(s) for s in n.variant_skus))
         products.append(
             ProductKeys(
-                n, frozenset(naming), frozenset(first), frozenset(own_category), frozenset(tagged), skus, options
+                n,
+                frozenset(naming),
+                frozenset(first),
+                frozenset(own_category),
+                frozenset(tagged),
+                skus,
+                options,
+                frozenset(w for vals in options.values() for v in vals for w in terms(v)),
             )
         )
+    vocabulary = {w for p in products for w in p.naming | p.category | p.tagged | category}
+    by_title: dict[str, str] = {}
+    for p in products:
+        for title in p.names.titles.values():
+            by_title.setdefault(normalise(title).strip(), p.names.sku)
+    vocabulary = {w for w in vocabulary if not w.isdigit()}
+    by_letter: dict[str, list[str]] = {}
+    for w in sorted(vocabulary):
+        if w.isascii():
+            by_letter.setdefault(w[0], []).append(w)
     return CatalogSnapshot(
         products=tuple(products),
         fingerprint=fingerprint,
         naming_words=frozenset(w for p in products for w in p.naming),
         option_words=frozenset(v for p in products for vals in p.options.values() for v in vals),
         by_sku={p.names.sku: p for p in products},
+        vocabulary=frozenset(vocabulary),
+        vocabulary_by_letter={k: tuple(v) for k, v in by_letter.items()},
+        by_title=by_title,
     )
 
 
@@ -233,6 +269,77 @@ def _close(word: str, key: str) -> bool:
         return True
     ratio = difflib.SequenceMatcher(None, word, key).ratio()
     return ratio >= (FUZZY_RATIO if len(word) >= FUZZY_MIN_LEN else 0.85)
+
+
+SPLIT_MIN = 3  # each part of a word split in two has at least this many letters
+
+
+def _known(part: str, snapshot: CatalogSnapshot) -> bool | None:
+    """True when ``part`` is a catalog word, False when it is a close spelling of one, else None."""
+    if part in snapshot.vocabulary:
+        return True
+    if len(part) < FUZZY_MIN_LEN:
+        return None
+    return False if any(_close(part, k) for k in snapshot.vocabulary_by_letter.get(part[0], ())) else None
+
+
+def split_joined(word: str, snapshot: CatalogSnapshot, *, _rest: bool = False) -> tuple[str, ...]:
+    """``word`` as the two catalog words written as one ("floorlamp" -> floor, lamp; "embrlamp"
+    -> embr, lamp), or ``(word,)`` when it is a word of its own or splits into no two catalog
+    words (three: a catalog word, maybe misspelt, and two more). The parts count as the words would (a category word only beside a naming word). One part must be a catalog word as written, the other
+    may be a close spelling of one (so a long word costs a set look-up per split point, and a
+    spelling comparison only beside an exact part). Of several splits, the one with more exact
+    parts wins, then the longer first part."""
+    if len(word) < 2 * SPLIT_MIN or word in snapshot.vocabulary or word in GENERIC or not word.isascii():
+        return (word,)
+    if not word.isalpha():
+        return (word,)
+    best: tuple[int, int, tuple[str, ...]] | None = None
+    for i in range(SPLIT_MIN, len(word) - SPLIT_MIN + 1):
+        left, right = word[:i], word[i:]
+        if left not in snapshot.vocabulary and right not in snapshot.vocabulary:
+            continue
+        # A generic part is split off ("tidewaterpiece") and then counts for nothing.
+        a = True if left in GENERIC else _known(left, snapshot)
+        b = True if right in GENERIC else _known(right, snapshot)
+        if a is None or b is None:
+            continue
+        rank = (int(a) + int(b), i, (left, right))
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    if best is None and not _rest:
+        # Three words as one ("emberfloorlamp", "embrtablelamp"): a catalog word (maybe
+        # misspelt), then two.
+        for i in range(len(word) - 2 * SPLIT_MIN, SPLIT_MIN - 1, -1):
+            rest = split_joined(word[i:], snapshot, _rest=True)
+            if len(rest) == 2 and _known(word[:i], snapshot) is not None:
+                return (word[:i], *rest)
+    return best[2] if best is not None else (word,)
+
+
+def options_named(products: Iterable[ProductKeys], norm_text: str) -> dict[str, set[str]]:
+    """``{sku: the option values of that product the normalised message names}`` (whole words;
+    Chinese anywhere; a value with digits also written compactly: "150x200"), leaving out a value
+    found only inside a longer one named ("灰色" in "炭灰色")."""
+    compact = _compact(norm_text)
+    hits: dict[str, set[str]] = {}
+    for p in products:
+        for values in p.options.values():
+            for v in values:
+                hit = _phrase_in(v, norm_text) or (
+                    any(c.isdigit() for c in v) and len(_compact(v)) >= 2 and _compact(v) in compact
+                )
+                if hit:
+                    hits.setdefault(p.names.sku, set()).add(v)
+    every = {v for vals in hits.values() for v in vals}
+    longer = {v for v in every if any(v != w and v in w for w in every)}
+    return {sku: vals - longer for sku, vals in hits.items() if vals - longer}
+
+
+def _compact(value: str) -> str:
+    """A size written compactly: no spaces, no unit, ``×``/``*`` as ``x`` ("150 × 200 cm" ->
+    "150x200")."""
+    return re.sub(r"\s+|cm\b|厘米", "", value.lower()).replace("×", "x").replace("*", "x")
 
 
 def _covers(p: ProductKeys, words: set[str], loose: list[str]) -> bool:
@@ -250,7 +357,7 @@ def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = ()) -
     if not snapshot.products:
         return Found()
     norm = normalise(text)
-    words = [w for w in terms(text) if w not in GENERIC]
+    words = [part for w in terms(text) if w not in GENERIC for part in split_joined(w, snapshot) if part not in GENERIC]
     word_set = set(words)
     candidates = [p for p in snapshot.products if not among or p.names.sku in among]
     # Words not naming any product exactly: maybe misspelt or shortened names.
@@ -275,7 +382,7 @@ def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = ()) -
         # "余烬有货吗"), so a common word that happens to start a title ("morning") does not.
         if not named and naming >= 0.9 and (exact | fuzzy) & p.first:
             hit = next(iter((exact | fuzzy) & p.first))
-            named = bool(_CJK.search(hit)) or len(words) <= 4
+            named = bool(_CJK.search(hit)) or len([w for w in words if w not in p.option_terms]) <= 4
         if named:
             scored.append((score, p, variant))
     if not scored:
@@ -286,6 +393,11 @@ def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = ()) -
     if len(close) > 1:
         # Look-alikes that fit as well: the one whose every title word the message holds wins
         # ("Morning Mug" against "Morning Mug Set of 2"); else "which one?".
+        # An option value only some of them have ("the Loom throw in grey"): those.
+        with_option = options_named([s[1] for s in close], norm)
+        if with_option and len(with_option) < len(close):
+            close = [s for s in close if s[1].names.sku in with_option]
+    if len(close) > 1:
         whole = [s for s in close if _covers(s[1], word_set, loose)]
         if len(whole) == 1:
             close = whole

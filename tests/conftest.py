@@ -505,15 +505,50 @@ SLOW_FIRST = (
 )
 
 
+#: The hang guard of a test that starts servers, workers or a browser in its body, seconds. The
+#: suite's 120 s (pyproject.toml) fits an in-process test; a test starting two Daphne processes and
+#: a Celery worker on a two-core machine that four test workers share waits for each of them to
+#: become ready (every such wait has its own deadline and names what it waited for), and at the
+#: start of a run, when four such files start together, that alone took up to 120 s.
+LIVE_TIMEOUT_S = 300
+
+
+#: Files outside ``SLOW_FIRST`` whose tests start servers or workers too.
+ALSO_LIVE = (
+    "tests/chat/test_console_paging.py",
+    "tests/chat/test_dead_worker.py",
+    "tests/chat/test_replay_pages.py",
+    "tests/chat/test_celery_faults.py",
+    "tests/chat/test_local_fanout.py",
+    "tests/routing/test_registry.py",
+    "tests/routing/test_fake_model.py",
+    "tests/test_body_limit.py",
+)
+
+
+def _is_live(path: str) -> bool:
+    return (
+        path in SLOW_FIRST
+        or path in ALSO_LIVE
+        or path.startswith("tests/e2e/")
+        or path.endswith("_live.py")
+        or "_across_workers" in path
+    )
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Moves the files of ``SLOW_FIRST`` to the front, in that order; each file keeps its own order."""
+    """Moves the files of ``SLOW_FIRST`` to the front, in that order; each file keeps its own
+    order. A test of a file that starts servers (:func:`_is_live`) without a timeout of its own
+    gets :data:`LIVE_TIMEOUT_S`."""
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
 
-    def key(item: Any) -> int:
-        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
-        return rank.get(path, len(SLOW_FIRST))
+    def path_of(item: Any) -> str:
+        return Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
 
-    items.sort(key=key)  # stable: everything else keeps the collection order
+    for item in items:
+        if _is_live(path_of(item)) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LIVE_TIMEOUT_S))
+    items.sort(key=lambda item: rank.get(path_of(item), len(SLOW_FIRST)))  # stable sort
 
 
 _skipped: list[str] = []

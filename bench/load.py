@@ -409,12 +409,14 @@ def ratio(after: float | None, before: float | None) -> str:
 
 
 def print_side_by_side(rows: list[tuple[str, str, dict[str, object]]]) -> None:
-    """One line per run, with ratios of CPU per answer and answers/s against the baseline of
-    the same mix."""
-    base = {mix: r for mix, build, r in rows if build == "baseline"}
+    """One line per run, with ratios of CPU per answer and answers/s against the baseline run of
+    the same mix just before it (``--mixes`` may name a mix twice: each pair is side by side)."""
+    base: dict[str, dict[str, object]] = {}
     print("| mix | build | answers/s | server CPU per answer | routes (share of answers) | FAQ first delta p50 / p99 |")
     print("|---|---|---:|---:|---|---:|")
     for mix, build, r in rows:
+        if build == "baseline":  # the baseline run just before this checkout's run of the same mix
+            base[mix] = r
         routes: dict[str, dict[str, float]] = r["routes"]  # type: ignore[assignment]
         total = sum(v["n"] for v in routes.values()) or 1
         shares = ", ".join(f"`{k}` {v['n'] * 100 / total:.0f}%" for k, v in routes.items())

@@ -13,7 +13,16 @@ Traffic: a fixed pool of about 600 questions drawn once (seeded): 400 Bitext sho
 one socket to a worker (round robin), asks ``--turns`` (5) questions drawn at random from the pool
 one after the other (no think time unless ``--think-ms``), then starts a new conversation; most
 questions are repeats after the warm-up, as in a store's traffic. ``--mix`` keeps only one kind
-(``faq``: Bitext, ``oos``, ``remote``: product questions) to read the cost of one route.
+(``faq``: Bitext, ``oos``, ``remote``: product questions for the model, ``product``: questions
+about the demo catalog's products, answered from the catalog) to read the cost of one route;
+``--mixes faq,product`` runs several one after the other. ``--catalog`` loads a catalog
+(``import_products``; ``--mix product`` loads the demo catalog ``store/demo/products.jsonl``).
+
+``--embedded``: the embedded defaults instead (a SQLite file, no Redis: in-process channel layer,
+cache and exact store, eager Celery), as ``make run`` without ``DATABASE_URL`` and ``REDIS_URL``.
+``--baseline REV``: each run is made twice, side by side, on the revision ``REV`` (exported
+with ``git archive``, sharing this checkout's virtual environment) and on this checkout, one
+after the other, and a table of ratios against the baseline is printed at the end.
 
 Measured over the ``--seconds`` after ``--warmup`` seconds: answers a second; server CPU per
 answer (user + system time of the worker processes from /proc, ms, over answers in the window);
@@ -27,6 +36,7 @@ workers' memory (RSS) and CPU per socket over ``--seconds``.
     .venv/bin/python bench/load.py --shoppers 64 --workers 2
     .venv/bin/python bench/load.py --shoppers 8 --mix faq
     .venv/bin/python bench/load.py --idle 2000
+    .venv/bin/python bench/load.py --embedded --mixes all,faq,product --baseline HEAD~1
 
 Percentiles are numpy's (linear interpolation). The shoppers, the test upstream and the workers
 share the machine's cores: read the figures as ratios between runs side by side.
@@ -36,12 +46,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import csv
 import json
 import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -72,15 +84,31 @@ ASKS = ["Does the {p} come in other colours?", "How heavy is the {p}?", "Is the 
         "Can I get the {p} delivered next week?"]  # fmt: skip
 
 
+DEMO_CATALOG = ROOT / "store" / "demo" / "products.jsonl"
+MIXES = ["all", "faq", "oos", "remote", "product"]
+
+
+def catalog_questions(catalog: Path) -> list[str]:
+    """The questions of ``bench/products_eval.py``'s demo set that name one product of the demo
+    catalog and ask its price, stock, options or an attribute (English and Chinese): the ones the
+    ``product`` route answers, without "which one?" and questions about no product."""
+    from products_eval import demo_questions, load_catalog
+
+    return [q["text"] for q in demo_questions(load_catalog(catalog)) if q["expect"]["kind"] not in ("which", "none")]
+
+
 def question_pool(data: Path, seed: int) -> dict[str, list[str]]:
-    """The fixed pool: ``{"faq": 400 Bitext messages, "oos": 100 CLINC150, "remote": 100 product}``."""
+    """The fixed pool: ``{"faq": 400 Bitext messages, "oos": 100 CLINC150, "remote": 100 product
+    questions for the model, "product": 100 questions about the demo catalog}``."""
     rng = random.Random(seed)
     with (data / "bitext" / "bitext_customer_support_public.csv").open(encoding="utf-8") as f:
         bitext = sorted({row["instruction"].strip() for row in csv.DictReader(f) if row["instruction"].strip()})
     clinc = json.loads((data / "clinc150" / "data_full_public.json").read_text(encoding="utf-8"))
     oos = sorted({text for text, _ in clinc["oos_val"] + clinc["oos_train"]})
     remote = sorted({a.format(p=p) for p in PRODUCTS for a in ASKS} | set(PRODUCT_QUESTIONS))
-    return {"faq": rng.sample(bitext, 400), "oos": rng.sample(oos, 100), "remote": rng.sample(remote, 100)}
+    pool = {"faq": rng.sample(bitext, 400), "oos": rng.sample(oos, 100), "remote": rng.sample(remote, 100)}
+    pool["product"] = rng.sample(catalog_questions(DEMO_CATALOG), 100)
+    return pool
 
 
 def cpu_s(pid: int) -> float:
@@ -181,8 +209,8 @@ class Shopper:
 
 
 class Load:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
+    def __init__(self, args: argparse.Namespace, root: Path = ROOT) -> None:
+        self.args, self.root = args, root
         self.tmp = Path(tempfile.mkdtemp(prefix="kefu-load-"))
         self.redis_port = free_port()
         pg = os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -200,28 +228,37 @@ class Load:
             "KEFU_MAX_SOCKETS_PER_IP": "1000000",
             "PYTHONUNBUFFERED": "1",
         }
+        if args.embedded:  # a SQLite file of the run's own, no Redis
+            self.env.pop("REDIS_URL")
+            self.env["DATABASE_URL"] = f"sqlite:///{self.tmp / 'db.sqlite3'}"
         self.redis: subprocess.Popen[bytes] | None = None
         extra = (
             ["--ping-interval", str(args.ws_ping_interval)] if args.ws_ping_interval and args.server == "daphne" else []
         )
-        self.workers = [Worker(self.env, self.tmp / f"worker-{i}.log", args.server, extra) for i in range(args.workers)]
+        self.workers = [
+            Worker(self.env, self.tmp / f"worker-{i}.log", args.server, extra, root) for i in range(args.workers)
+        ]
 
     def manage(self, *args: str) -> None:
         done = subprocess.run(
-            [str(ROOT / ".venv/bin/python"), "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
-        )
+            [str(ROOT / ".venv/bin/python"), "manage.py", *args],
+            cwd=self.root, env=self.env, capture_output=True, text=True,
+        )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]}: {(done.stdout + done.stderr)[-800:]}")
 
     def setup(self) -> None:
-        with psycopg.connect(self.pg_admin, autocommit=True) as db:
-            db.execute(f'CREATE DATABASE "{self.db_name}"')
-        self.redis = subprocess.Popen(
-            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        if not self.args.embedded:
+            with psycopg.connect(self.pg_admin, autocommit=True) as db:
+                db.execute(f'CREATE DATABASE "{self.db_name}"')
+            self.redis = subprocess.Popen(
+                ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
         self.manage("migrate", "--noinput")
         self.manage("import_faq", str(self.args.data / "bitext" / "faq_seed.jsonl"))
+        if self.args.catalog:
+            self.manage("import_products", str(self.args.catalog))
         for w in self.workers:
             w.start()
         for w in self.workers:
@@ -234,8 +271,9 @@ class Load:
         if self.redis is not None:
             self.redis.kill()
         self.upstream.stop()
-        with psycopg.connect(self.pg_admin, autocommit=True) as db:
-            db.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+        if not self.args.embedded:
+            with psycopg.connect(self.pg_admin, autocommit=True) as db:
+                db.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def pids(self) -> list[int]:
@@ -291,15 +329,20 @@ class Load:
 
     def check(self, sent: list[tuple[str, str]]) -> tuple[int, int]:
         """Sent client_ids not stored, and questions with more than one whole bot answer."""
+        stored_sql = "SELECT conversation_id, client_id FROM chat_message WHERE role = 'shopper'"
+        duplicated_sql = (
+            "SELECT count(*) FROM (SELECT conversation_id, reply_to_seq FROM chat_message WHERE role = 'bot'"
+            " AND NOT cut AND state = 'done' GROUP BY 1, 2 HAVING count(*) > 1) d"
+        )
+        if self.args.embedded:
+            with sqlite3.connect(self.tmp / "db.sqlite3", timeout=30) as lite:
+                # Django stores a UUID in SQLite as 32 hex digits without hyphens.
+                stored = {(str(uuid.UUID(c)), cid) for c, cid in lite.execute(stored_sql)}
+                duplicated = lite.execute(duplicated_sql).fetchone()
+            return sum(1 for s in sent if s not in stored), int(duplicated[0] if duplicated else 0)
         with psycopg.connect(self.pg) as db:
-            stored = {
-                (str(c), cid)
-                for c, cid in db.execute("SELECT conversation_id, client_id FROM chat_message WHERE role = 'shopper'")
-            }
-            duplicated = db.execute(
-                "SELECT count(*) FROM (SELECT conversation_id, reply_to_seq FROM chat_message WHERE role = 'bot'"
-                " AND NOT cut AND state = 'done' GROUP BY 1, 2 HAVING count(*) > 1) d"
-            ).fetchone()
+            stored = {(str(c), cid) for c, cid in db.execute(stored_sql)}
+            duplicated = db.execute(duplicated_sql).fetchone()
         return sum(1 for s in sent if s not in stored), int(duplicated[0] if duplicated else 0)
 
     async def idle(self) -> dict[str, object]:
@@ -350,6 +393,42 @@ def print_chat(r: dict[str, object]) -> None:
         )
 
 
+def export_revision(rev: str, into: Path) -> Path:
+    """Revision ``rev`` of this repository as a plain tree under ``into`` (``git archive``), with
+    this checkout's virtual environment linked in; returns its root."""
+    tree = into / "baseline"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    (tree / ".venv").symlink_to((ROOT / ".venv").resolve())
+    return tree
+
+
+def ratio(after: float | None, before: float | None) -> str:
+    return f"{after / before:.2f}×" if after is not None and before else "–"
+
+
+def print_side_by_side(rows: list[tuple[str, str, dict[str, object]]]) -> None:
+    """One line per run, with ratios of CPU per answer and answers/s against the baseline run of
+    the same mix just before it (``--mixes`` may name a mix twice: each pair is side by side)."""
+    base: dict[str, dict[str, object]] = {}
+    print("| mix | build | answers/s | server CPU per answer | routes (share of answers) | FAQ first delta p50 / p99 |")
+    print("|---|---|---:|---:|---|---:|")
+    for mix, build, r in rows:
+        if build == "baseline":  # the baseline run just before this checkout's run of the same mix
+            base[mix] = r
+        routes: dict[str, dict[str, float]] = r["routes"]  # type: ignore[assignment]
+        total = sum(v["n"] for v in routes.values()) or 1
+        shares = ", ".join(f"`{k}` {v['n'] * 100 / total:.0f}%" for k, v in routes.items())
+        faq = routes.get("faq")
+        lat = f"{faq['first_p50']:.0f} / {faq['first_p99']:.0f} ms" if faq else ""
+        b = base.get(mix)
+        cpu, aps = float(r["cpu_ms_per_answer"]), float(r["answers_per_s"])  # type: ignore[arg-type]
+        cpu_ratio = f" ({ratio(cpu, float(b['cpu_ms_per_answer']))})" if b is not None and b is not r else ""  # type: ignore[arg-type]
+        aps_ratio = f" ({ratio(aps, float(b['answers_per_s']))})" if b is not None and b is not r else ""  # type: ignore[arg-type]
+        print(f"| {mix} | {build} | {aps:.1f}{aps_ratio} | {cpu:.2f} ms{cpu_ratio} | {shares} | {lat} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shoppers", type=int, default=8)
@@ -358,7 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--turns", type=int, default=5, help="questions per conversation")
     parser.add_argument("--think-ms", type=float, default=0.0)
-    parser.add_argument("--mix", choices=["all", "faq", "oos", "remote"], default="all")
+    parser.add_argument("--mix", choices=MIXES, default="all")
+    parser.add_argument("--mixes", default="", help="several mixes, one run each (comma-separated; overrides --mix)")
+    parser.add_argument("--catalog", type=Path, default=None, help="a product catalog to import (JSONL or CSV)")
+    parser.add_argument("--embedded", action="store_true", help="SQLite and no Redis (the embedded defaults)")
+    parser.add_argument("--baseline", default="", help="a git revision to run side by side with this checkout")
     parser.add_argument("--ttft-ms", type=float, default=300.0)
     parser.add_argument("--token-ms", type=float, default=20.0)
     parser.add_argument("--server", choices=sorted(SERVERS), default="daphne", help="the ASGI server of each worker")
@@ -369,23 +452,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--json", action="store_true", help="print the result as JSON too")
     args = parser.parse_args(argv)
-    load = Load(args)
-    try:
-        load.setup()
-        result = asyncio.run(load.idle() if args.idle else load.chat())
-    finally:
-        load.teardown()
+    mixes = [m.strip() for m in args.mixes.split(",") if m.strip()] or [args.mix]
+    for m in mixes:
+        if m not in MIXES:
+            parser.error(f"unknown mix {m!r} (one of {', '.join(MIXES)})")
     if args.idle:
-        print(
-            f"{result['idle_sockets']} idle sockets on {result['workers']} worker(s) "
-            f"(server pings every {result['ws_ping_interval']:g} s, client pings {'on' if result['client_pings'] else 'off'}): "
-            f"{result['kb_per_socket']:.1f} KB each, {result['core_share'] * 100:.1f}% of a core"
-        )
-    else:
-        print_chat(result)
-    if args.json:
-        print(json.dumps(result))
-    return 1 if not args.idle and (result["lost"] or result["duplicated"]) else 0
+        mixes = mixes[:1]
+    work = Path(tempfile.mkdtemp(prefix="kefu-load-trees-"))
+    builds = [("this", ROOT)]
+    rows: list[tuple[str, str, dict[str, object]]] = []
+    status = 0
+    try:
+        if args.baseline:
+            builds.insert(0, ("baseline", export_revision(args.baseline, work)))
+        for mix in mixes:
+            for build, root in builds:
+                run_args = copy.copy(args)
+                run_args.mix = mix
+                if mix == "product" and run_args.catalog is None:
+                    run_args.catalog = DEMO_CATALOG
+                load = Load(run_args, root)
+                try:
+                    load.setup()
+                    result = asyncio.run(load.idle() if args.idle else load.chat())
+                finally:
+                    load.teardown()
+                if len(builds) > 1:
+                    print(f"--- {build} ({args.baseline if build == 'baseline' else 'this checkout'})")
+                if args.idle:
+                    print(
+                        f"{result['idle_sockets']} idle sockets on {result['workers']} worker(s) "
+                        f"(server pings every {result['ws_ping_interval']:g} s, client pings {'on' if result['client_pings'] else 'off'}): "
+                        f"{result['kb_per_socket']:.1f} KB each, {result['core_share'] * 100:.1f}% of a core"
+                    )
+                else:
+                    print_chat(result)
+                    rows.append((mix, build, result))
+                    if result["lost"] or result["duplicated"]:
+                        status = 1
+                if args.json:
+                    print(json.dumps({"build": build, **result}))
+                sys.stdout.flush()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if len(rows) > 1:
+        print()
+        print_side_by_side(rows)
+    return status
 
 
 if __name__ == "__main__":

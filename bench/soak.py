@@ -92,8 +92,11 @@ SERVERS = {
 class Worker:
     """One kefu web process under an ASGI server of ``SERVERS`` (Daphne by default)."""
 
-    def __init__(self, env: dict[str, str], log: Path, server: str = "daphne", extra: list[str] | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str], log: Path, server: str = "daphne", extra: list[str] | None = None, root: Path = ROOT
+    ) -> None:
         self.env, self.log, self.port, self.server = env, log, free_port(), server
+        self.root = root  # the checkout it runs (bench/load.py's --baseline: another revision's)
         self.extra = extra or []  # more arguments for the server (e.g. Daphne's --ping-interval)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -110,7 +113,7 @@ class Worker:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [str(ROOT / ".venv/bin" / cmd[0]), *(a.format(port=self.port) for a in cmd[1:]), *self.extra],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=self.root, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 
     def healthy(self) -> bool:

@@ -44,7 +44,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from lib import metrics, sandbox
-from lib.text import detect_language
+from lib.text import can_show_language, detect_language
 from routing import services as router
 from routing.types import AnswerRecord, History, HistoryLoader, Question
 
@@ -490,11 +490,13 @@ async def answer_message(
         # Files alone: never asked of the router (no model sees a file); chat.photos answers.
         return await _answer_files_only(conversation, message)
     # The shopper's language follows what they write: a message that shows its language plainly
-    # makes it the conversation's, for the short turns after it ("ok", "y el azul?").
-    detected = detect_language(message.text, conversation.locale)
-    if detected.confident and detected.locale != conversation.locale:
-        await database_sync_to_async(services.conversation_locale_set)(conversation_id=cid, locale=detected.locale)
-        conversation.locale = detected.locale
+    # makes it the conversation's, for the short turns after it ("ok", "y el azul?"). A text too
+    # short to show one is not detected here at all; a repeated one is remembered (lib.text).
+    if can_show_language(message.text):
+        detected = detect_language(message.text, conversation.locale)
+        if detected.confident and detected.locale != conversation.locale:
+            await database_sync_to_async(services.conversation_locale_set)(conversation_id=cid, locale=detected.locale)
+            conversation.locale = detected.locale
     received_at = message.created_at.timestamp()
     answer = await router.answer_open(
         question=question_of(message, conversation), history=history_loader(cid, before_seq=history_before)

@@ -38,6 +38,13 @@ UNSURE_PRIOR_SHARE = 0.5
 #: A text of one word or fewer letters than this is too short to tell ("ok" reads as Dutch at
 #: 0.51, "no" as Italian): it takes the conversation's language when its script allows.
 SHORT_TEXT_LETTERS = 8
+#: Detections remembered per detector (least recently used dropped first): a store's traffic
+#: repeats its questions, and one message is detected up to three times on its way (the answering
+#: loop, the classifier, the strategy), each with the same text and conversation language.
+MEMO_SIZE = 4096
+#: Texts longer than this (code points) are detected afresh each time, not remembered: the memo's
+#: memory stays under ~MEMO_SIZE × 4 KB.
+MEMO_MAX_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,8 @@ class LanguageDetector:
         self._lingua = [_language(c) for c in self.languages]
         self._detector: object | None = None
         self._lock = threading.Lock()
+        # Bounded LRU of detect(text, fallback); lru_cache is thread-safe, and Detected is frozen.
+        self._memo = lru_cache(maxsize=MEMO_SIZE)(self._detect)
 
     def supports(self, code: str) -> bool:
         return language_code(code) in self.languages
@@ -128,7 +137,22 @@ class LanguageDetector:
 
     def detect(self, text: str, fallback: str = "en") -> Detected:
         """The language of ``text``; ``fallback`` is the conversation's (an unsupported one
-        counts as ``en``)."""
+        counts as ``en``). Remembered per ``(text, fallback)`` for texts up to
+        ``MEMO_MAX_CHARS`` (the last ``MEMO_SIZE``): a repeated question costs a dict lookup."""
+        if len(text) <= MEMO_MAX_CHARS:
+            return self._memo(text, fallback)
+        return self._detect(text, fallback)
+
+    def can_show_language(self, text: str) -> bool:
+        """Whether :meth:`detect` could call ``text`` ``confident``, i.e. whether it can change a
+        conversation's language: False, without detecting, for a text with no letter, or too
+        short to tell (one word, or under ``SHORT_TEXT_LETTERS`` letters) with no kana, Hangul
+        or CJK ideograph ("ok", "Merci", "123", "???"). Cheap: two regular-expression scans."""
+        if CJK.search(text) or KANA.search(text) or HANGUL.search(text):
+            return True
+        return len(text.split()) >= 2 and len(_LETTER.findall(text)) >= SHORT_TEXT_LETTERS
+
+    def _detect(self, text: str, fallback: str) -> Detected:
         fallback = language_code(fallback)
         if fallback not in self.languages:
             fallback = "en"
@@ -178,6 +202,11 @@ def configured_detector() -> LanguageDetector:
 def detect_language(text: str, fallback: str = "en") -> Detected:
     """:meth:`LanguageDetector.detect` with the configured detector."""
     return configured_detector().detect(text, fallback)
+
+
+def can_show_language(text: str) -> bool:
+    """:meth:`LanguageDetector.can_show_language` with the configured detector."""
+    return configured_detector().can_show_language(text)
 
 
 def detect_locale(text: str, fallback: str = "en") -> str:

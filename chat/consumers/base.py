@@ -78,6 +78,8 @@ class FrameSocket(AsyncWebsocketConsumer):
         self.channel_receive = self._channel_receive
         self.base_send = send
         self.groups_joined: set[str] = set()
+        # The frame budget is read from the settings once per socket, not once per frame sent.
+        self.frame_budget = framing.frame_budget()
         sweeper.ensure_sweeper()  # every process gives back the conversations of agents who vanished
         shutdown.install()  # and drains on SIGTERM instead of dropping what it streams
         answering.keep_upstreams_warm()  # and keeps its upstream connections open while idle
@@ -142,8 +144,9 @@ class FrameSocket(AsyncWebsocketConsumer):
         closes the socket over a frame it refuses. Frames that can grow with the data are built
         to fit beforehand (``framing.fit_list``); this is the net under them."""
         text = framing.encode(frame)
-        size = framing.byte_size(text)
-        if size > framing.frame_budget():
+        # A code point takes at most 4 UTF-8 bytes: a frame that short is under the budget without
+        # encoding it to measure (every delta, acknowledgement and stream end).
+        if len(text) * 4 > self.frame_budget and (size := framing.byte_size(text)) > self.frame_budget:
             kind = frame.get("type") if isinstance(frame, dict) else type(frame).__name__
             log.error("a %s frame of %d bytes is over the frame budget: not sent", kind, size)
             refusal: dict[str, Any] = dict(error_frame("too_large", f"a {kind} frame was too large to send"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, replace
@@ -36,6 +37,7 @@ from routing.decide import answers, classify, injection, strategy
 from routing.decide.decision import Decision
 from routing.decide.replies import person_request_words
 from routing.faq.registry import registry
+from routing.models import UpstreamCall
 from routing.orders import actions as order_actions
 from routing.orders import task_state, tools
 from routing.products.cards import card_of
@@ -56,7 +58,7 @@ from routing.types import (
     Question,
     Suggestion,
 )
-from routing.upstream import canary, ledger, singleflight, tiers
+from routing.upstream import canary, ledger, singleflight, tiers, tokens
 from routing.upstream.call import Answered, CallItem
 from routing.upstream.complete import complete, complete_call
 from store import services as store
@@ -517,24 +519,30 @@ class Judgement:
     model: str = ""
 
 
-async def answer_judge(*, criterion: str, question: str, answer: str) -> Judgement:
+async def answer_judge(
+    *, criterion: str, question: str, answer: str, transcript: Sequence[tuple[str, str]] = ()
+) -> Judgement:
     """Ask the strongest configured tier (complex, then medium, then simple) whether ``answer``
     (the bot's, to the shopper's ``question``) meets ``criterion`` (plain words, e.g. "does not
-    promise a refund"). Inside a bot test's sandbox the call's ledger row says ``test``. Never
-    raises for the upstream: no tier configured, a failed call or an unreadable reply is a
-    :class:`Judgement` with ``passed=None`` and the reason."""
+    promise a refund"); with ``transcript`` (``(speaker, text)`` pairs, speaker ``shopper`` or
+    ``assistant``, oldest first) the whole conversation is judged instead of one answer. Inside a
+    bot test's sandbox the call's ledger row says ``test``. Never raises for the upstream: no tier
+    configured, a failed call or an unreadable reply is a :class:`Judgement` with ``passed=None``
+    and the reason."""
     await tiers.check_tiers_async()
     tier = next((t for t in reversed(tiers.TIER_ORDER) if tiers.tier_configured(t)), None)
     if tier is None:
         return Judgement(None, "no model is configured to judge it (no remote tier)")
+    if transcript:
+        shown = "\n\n".join(f"{'Shopper' if who == 'shopper' else 'Assistant'}: {text}" for who, text in transcript)
+        content = f"Criterion (for the assistant's answers in this conversation): {criterion}\n\n{shown}"
+    else:
+        content = f"Criterion: {criterion}\n\nShopper: {question}\n\nAssistant: {answer}"
     try:
         reply = await complete(
             messages=[
                 {"role": "system", "content": JUDGE_INSTRUCTIONS},
-                {
-                    "role": "user",
-                    "content": f"Criterion: {criterion}\n\nShopper: {question}\n\nAssistant: {answer}",
-                },
+                {"role": "user", "content": content},
             ],
             tier=tier,
             context=CallContext(purpose="judge"),
@@ -549,6 +557,152 @@ async def answer_judge(*, criterion: str, question: str, answer: str) -> Judgeme
     if verdict not in ("PASS", "FAIL"):
         return Judgement(None, f"the judge's reply was neither PASS nor FAIL: {reply.text[:80]!r}", reply.model)
     return Judgement(verdict == "PASS", why, reply.model)
+
+
+#: The simulated shopper's reply ends with one of these lines when its conversation is over.
+SHOPPER_REACHED = "GOAL_REACHED"
+SHOPPER_GAVE_UP = "GIVE_UP"
+#: The most a simulated shopper's message may take (tokens): a shopper types short messages.
+SHOPPER_MAX_TOKENS = 150
+#: What the model playing a bot test's shopper is told; ``{persona}``, ``{goal}``, ``{knows}`` and
+#: ``{language}`` are filled in (``shopper_say``).
+SHOPPER_INSTRUCTIONS = (
+    "You play a shopper chatting with an online shop's customer-service assistant, to test it. "
+    "Who you are: {persona}\n"
+    "Your goal: {goal}\n"
+    "What you know (give it when the assistant asks for it or when it helps, never invent other "
+    "facts such as order numbers or e-mail addresses): {knows}\n\n"
+    "Each reply of yours is the next message you type to the assistant: short and natural, in "
+    "{language}, one message, without quotes. Never say you are a model or a test. "
+    f"When the assistant has done what your goal needs, reply with the single line {SHOPPER_REACHED}. "
+    "When you see it will not be done (the assistant refuses, cannot help, or keeps misunderstanding "
+    f"after you tried twice), reply with the single line {SHOPPER_GAVE_UP}."
+)
+#: The first message the shopper model gets, before the assistant said anything.
+SHOPPER_OPENING = "(The shop's chat window is open. Type your first message.)"
+
+
+@dataclass(frozen=True)
+class ShopperLine:
+    """What the simulated shopper said next: ``text`` to send ("" when it only ended the
+    conversation), ``outcome`` ``reached`` (it wrote ``GOAL_REACHED``), ``gave_up`` (``GIVE_UP``)
+    or "" (the conversation goes on); ``error`` why no line came ("" when one did: no tier, a
+    failed call, an empty reply); ``model`` that played it."""
+
+    text: str
+    outcome: str = ""
+    error: str = ""
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class ShopperEstimate:
+    """The most a simulated shopper's conversation of ``calls`` model calls may cost at ``tier``'s
+    list prices (``model``): ``usd`` (6 decimals)."""
+
+    tier: str
+    model: str
+    calls: int
+    usd: Decimal
+
+
+async def shopper_tier() -> str | None:
+    """The tier that plays a bot test's shopper: the cheapest configured one (simple, then medium,
+    then complex); None when no remote tier is configured."""
+    await tiers.check_tiers_async()
+    return next((t for t in tiers.TIER_ORDER if tiers.tier_configured(t)), None)
+
+
+def _shopper_instructions(*, persona: str, goal: str, knows: Sequence[str], locale: str) -> str:
+    return SHOPPER_INSTRUCTIONS.format(
+        persona=persona.strip(),
+        goal=goal.strip(),
+        knows="; ".join(k.strip() for k in knows) or "nothing beyond your goal",
+        language=f"the language of the locale {locale!r}",
+    )
+
+
+def _shopper_ending(text: str) -> tuple[str, str]:
+    """``(text without its marker, outcome)``: a marker ends the reply (what follows it is only
+    punctuation, asterisks or quotes); "" outcome without one."""
+    found = _SHOPPER_MARKER.search(text.strip())
+    if found is None:
+        return text.strip(), ""
+    outcome = "reached" if found.group(1).upper() == SHOPPER_REACHED else "gave_up"
+    return text.strip()[: found.start()].strip().rstrip("*`\"'").strip(), outcome
+
+
+_SHOPPER_MARKER = re.compile(rf"\b({SHOPPER_REACHED}|{SHOPPER_GAVE_UP})\b[\W_]*$", re.IGNORECASE)
+
+
+async def shopper_say(
+    *,
+    persona: str,
+    goal: str,
+    knows: Sequence[str],
+    locale: str,
+    transcript: Sequence[tuple[str, str]],
+    conversation_id: uuid.UUID | None = None,
+) -> ShopperLine:
+    """The simulated shopper's next message in a bot test (``manage.py bot_test``, a scenario with
+    a persona): a model (``shopper_tier``) plays ``persona`` pursuing ``goal``, knowing the facts
+    ``knows``, writing in ``locale``'s language, after ``transcript`` (``(speaker, text)``,
+    speaker ``shopper`` or ``assistant``, oldest first). Its ledger row is on ``conversation_id``
+    with no message, purpose ``test``. Never raises for the upstream: no tier, a failed call or an
+    empty reply is a :class:`ShopperLine` with ``error``."""
+    tier = await shopper_tier()
+    if tier is None:
+        return ShopperLine("", error="no model is configured to play the shopper (no remote tier)")
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": _shopper_instructions(persona=persona, goal=goal, knows=knows, locale=locale)},
+        {"role": "user", "content": SHOPPER_OPENING},
+    ]
+    for who, text in transcript:
+        # Roles swap: the model plays the shopper, so the shop's assistant is its "user".
+        messages.append({"role": "assistant" if who == "shopper" else "user", "content": text or "(no answer)"})
+    try:
+        reply = await complete(
+            messages=messages,
+            tier=tier,
+            context=CallContext(conversation_id=conversation_id, purpose=sandbox.LEDGER_PURPOSE),
+            max_tokens=SHOPPER_MAX_TOKENS,
+        )
+    except ProviderError as e:
+        return ShopperLine("", error=f"the shopper's call failed ({e.code})")
+    text, outcome = _shopper_ending(reply.text)
+    if not text and not outcome:
+        return ShopperLine("", error="the shopper's reply was empty", model=reply.model)
+    return ShopperLine(text, outcome, model=reply.model)
+
+
+async def shopper_estimate(*, persona: str, goal: str, knows: Sequence[str], max_turns: int) -> ShopperEstimate | None:
+    """The most a simulated shopper's conversation of ``max_turns`` messages may cost (None: no
+    tier configured): ``max_turns + 1`` calls (the last says whether the goal was reached), the
+    n-th with the instructions (``persona``, ``goal``, ``knows``) and n - 1 exchanges of a shopper
+    message (``SHOPPER_MAX_TOKENS``) and an answer (``KEFU_LLM_MAX_TOKENS``) as input, tokens
+    estimated at ceil(UTF-8 bytes / 3), and ``SHOPPER_MAX_TOKENS`` as output, at the tier's list
+    prices."""
+    tier = await shopper_tier()
+    if tier is None:
+        return None
+    base = tokens.estimate_tokens(_shopper_instructions(persona=persona, goal=goal, knows=knows, locale="en"))
+    base += tokens.estimate_tokens(SHOPPER_OPENING) + 10  # the messages' framing
+    exchange = SHOPPER_MAX_TOKENS + int(settings.KEFU_LLM_MAX_TOKENS) + 8
+    calls = max_turns + 1
+    prompt = sum(base + n * exchange for n in range(calls))
+    usd = ledger.cost_usd(tier=tier, prompt_tokens=prompt, completion_tokens=calls * SHOPPER_MAX_TOKENS)
+    return ShopperEstimate(tier, tiers.tier_model(tier), calls, usd)
+
+
+def test_spend_usd(*, conversation_ids: Sequence[uuid.UUID]) -> dict[str, Decimal]:
+    """What the cost ledger holds for bot test conversations ``conversation_ids`` (purpose
+    ``test``), USD: ``{"shopper": ..., "answers": ...}`` (6 decimals), the simulated shopper's calls (no
+    message) and the bot's answers (a shopper message's). Blocking: call in a thread."""
+    rows = UpstreamCall.objects.filter(purpose=sandbox.LEDGER_PURPOSE, conversation_id__in=list(conversation_ids))
+    spent = {"shopper": Decimal(0), "answers": Decimal(0)}
+    for message_id, usd in rows.values_list("message_id", "cost_usd"):
+        spent["shopper" if message_id is None else "answers"] += Decimal(usd)
+    return {k: v.quantize(ledger.USD_PLACES) for k, v in spent.items()}
 
 
 def answer_lost(

@@ -46,12 +46,13 @@ _PHONE = re.compile(r"(?<![\w+-])\+?\d[\d ().-]{5,18}\d(?![\w-])")
 class RunResult:
     """One run of a scenario: ``status`` ``pass``/``fail``/``skip``; ``detail`` what differed
     (``"turn N: ..."``) or why it was skipped ("" for a pass); ``seconds`` it took; ``cost_usd``
-    its answers cost."""
+    its answers cost; ``transcript`` a simulated shopper's conversation, ``(speaker, text)``."""
 
     status: str
     detail: str
     seconds: float
     cost_usd: Decimal
+    transcript: tuple[tuple[str, str], ...] = ()  # a simulated shopper's: (shopper|assistant, text)
 
 
 @dataclass
@@ -215,19 +216,162 @@ async def run_once(scenario: Scenario) -> RunResult:
     return result("pass", "")
 
 
+_OUTCOME_WORDS = {"reached": "goal reached", "gave_up": "gave up", "turn_limit": "turn limit hit"}
+
+
+def _conversation(turn: chat_sandbox.Turn, *, turns: Sequence[chat_sandbox.Turn]) -> chat_sandbox.Turn:
+    """A simulated shopper's whole conversation as one answer, checked as a turn is: every answer's
+    text joined, the last answer's route (and its locale), the conversation's status at the end,
+    what all answers cost."""
+    answered = [t for t in turns if t.text]
+    return chat_sandbox.Turn(
+        seq=turn.seq,
+        text="\n\n".join(t.text for t in answered),
+        route=turn.route,
+        routes=tuple(r for t in turns for r in t.routes),
+        notices=tuple(n for t in turns for n in t.notices),
+        status=turn.status,
+        locale=turn.locale,
+        cost_usd=sum((t.cost_usd for t in turns), Decimal(0)),
+    )
+
+
+async def run_simulated(scenario: Scenario, *, conversations: list[Any] | None = None) -> RunResult:
+    """One run of a simulated shopper's ``scenario``: a model (``routing.services.shopper_say``)
+    plays its persona in a new sandboxed conversation until it says its goal is reached or gave up,
+    or it sent ``max_turns`` messages (then it is asked once more whether the goal was reached);
+    then the conversation is checked against the scenario's ``expect`` and ``outcome``. Skipped
+    when no model plays the shopper (or its call failed). ``conversations`` gets the run's
+    conversation id (for the ledger's figures)."""
+    started = time.perf_counter()
+    turns: list[chat_sandbox.Turn] = []
+    transcript: list[tuple[str, str]] = []
+
+    def result(status: str, detail: str) -> RunResult:
+        cost = sum((t.cost_usd for t in turns), Decimal(0))
+        return RunResult(status, detail, time.perf_counter() - started, cost, tuple(transcript))
+
+    with sandbox.entered() as box:
+        cid = await database_sync_to_async(chat_sandbox.conversation_start)(locale=scenario.locale)
+        if conversations is not None:
+            conversations.append(cid)
+        outcome = "turn_limit"
+        for n in range(scenario.max_turns + 1):
+            line = await router.shopper_say(
+                persona=scenario.persona,
+                goal=scenario.goal,
+                knows=scenario.knows,
+                locale=scenario.locale,
+                transcript=transcript,
+                conversation_id=cid,
+            )
+            await router.router_drain()  # its ledger row is written before the run's loop ends
+            if line.error:
+                return result("skip", f"turn {n + 1}: {line.error}")
+            if line.outcome:
+                if line.text:
+                    transcript.append(("shopper", line.text))  # said on leaving; not sent
+                outcome = line.outcome
+                break
+            if n == scenario.max_turns:
+                break  # it would go on: the turn limit
+            turn = await chat_sandbox.turn(conversation_id=cid, text=line.text)
+            transcript += [("shopper", line.text), ("assistant", turn.text)]
+            turns.append(turn)
+        said = [text for who, text in transcript if who == "shopper"]
+        ended = f"{_OUTCOME_WORDS[outcome]} after {len(turns)} turn{'s' * (len(turns) != 1)}"
+        last = turns[-1] if turns else None
+        if scenario.outcome not in ("any", outcome):
+            answer = f"; last answer: {_quote(last.text)}" if last else ""
+            return result("fail", f"{ended}: expected {_OUTCOME_WORDS[scenario.outcome]}{answer}")
+        if last is None:
+            return result("fail", f"{ended}: the shopper sent no message")
+        whole = _conversation(last, turns=turns)
+        problems = await database_sync_to_async(check_turn)(
+            scenario.expect,
+            whole,
+            calls=box.calls,
+            said=said,
+            peek=store.order_peek,
+            writes=lambda action, number: len(box.writes_of(action, number)),
+        )
+        if problems:
+            return result("fail", f"{ended}: " + "; ".join(problems))
+        skipped = []
+        for criterion in scenario.expect.judge:
+            judged = await router.answer_judge(
+                criterion=criterion, question=said[0], answer=last.text, transcript=transcript
+            )
+            await router.router_drain()
+            if judged.passed is None:
+                skipped.append(f"{ended}: {criterion!r} not judged: {judged.reason}")
+            elif not judged.passed:
+                why = f" ({judged.reason})" if judged.reason else ""
+                return result("fail", f"{ended}: judged {criterion!r}: not met{why}")
+        if scenario.max_cost_usd is not None and whole.cost_usd > scenario.max_cost_usd:
+            return result(
+                "fail", f"{ended}: cost: {whole.cost_usd:f} USD in all, over the ceiling of {scenario.max_cost_usd:f}"
+            )
+    if skipped:
+        return result("skip", "; ".join(skipped))
+    return result("pass", ended)
+
+
+async def cost_estimate(scenarios: Sequence[Scenario], *, repeat: int = 1) -> str | None:
+    """The line a run shows before it starts when it has simulated shoppers: the most their model
+    calls may cost (``routing.services.shopper_estimate``, for every run), e.g. ``COST estimate:
+    up to 0.012 USD for 2 simulated shopper runs (tier simple, model gpt-4o-mini)``; None when
+    ``scenarios`` have none or no model plays them (they are skipped)."""
+    simulated = [s for s in scenarios if s.simulated]
+    total = Decimal(0)
+    est = None
+    for s in simulated:
+        est = await router.shopper_estimate(persona=s.persona, goal=s.goal, knows=s.knows, max_turns=s.max_turns)
+        if est is None:
+            return None
+        total += est.usd * repeat
+    if est is None:
+        return None
+    runs = len(simulated) * repeat
+    return (
+        f"COST estimate: up to {total:f} USD for {runs} simulated shopper run{'s' * (runs != 1)} "
+        f"(tier {est.tier}, model {est.model})"
+    )
+
+
 async def run(
     scenarios: Sequence[Scenario], *, repeat: int = 1, report: Callable[[str], None] = print
 ) -> list[ScenarioResult]:
     """Run every scenario ``repeat`` times, in order; ``report`` gets each scenario's line as it
-    ends. Returns the results."""
+    ends. With simulated shoppers, ``report`` first gets the cost estimate (``cost_estimate``)
+    and last what the ledger holds for their conversations (``COST spent: X USD by the simulated
+    shoppers, Y USD by the bot's answers (ledger, purpose test)``); without a model such
+    scenarios are skipped with the reason. Returns the results."""
     await chat_sandbox.ready()
+    estimate = await cost_estimate(scenarios, repeat=repeat)
+    if estimate:
+        report(estimate)
     results = []
+    conversations: list[Any] = []
     for scenario in scenarios:
         res = ScenarioResult(scenario)
         for _ in range(repeat):
-            res.runs.append(await run_once(scenario))
+            if scenario.simulated and estimate is None:
+                res.runs.append(
+                    RunResult("skip", "no model is configured to play the shopper (no remote tier)", 0.0, Decimal(0))
+                )
+            elif scenario.simulated:
+                res.runs.append(await run_simulated(scenario, conversations=conversations))
+            else:
+                res.runs.append(await run_once(scenario))
         results.append(res)
         report(res.line(repeat))
+    if estimate:
+        spent = await database_sync_to_async(router.test_spend_usd)(conversation_ids=conversations)
+        report(
+            f"COST spent: {spent['shopper']:f} USD by the simulated shoppers, "
+            f"{spent['answers']:f} USD by the bot's answers (ledger, purpose test)"
+        )
     return results
 
 
@@ -283,7 +427,11 @@ def junit_xml(results: Sequence[ScenarioResult], *, repeat: int = 1) -> ET.Eleme
         classname = "bottest." + re.sub(r"[^\w]+", "_", Path(path).with_suffix("").as_posix()).strip("_")
         for r in rs:
             case = ET.SubElement(suite, "testcase", name=r.scenario.name, classname=classname, time=f"{r.seconds:.3f}")
-            details = "\n".join(f"run {j}: {run.status}: {run.detail}" for j, run in enumerate(r.runs, 1) if run.detail)
+            details = "\n".join(
+                f"run {j}: {run.status}: {run.detail}" + "".join(f"\n  {who}: {text}" for who, text in run.transcript)
+                for j, run in enumerate(r.runs, 1)
+                if run.detail
+            )
             if r.status == "fail":
                 fail = ET.SubElement(case, "failure", message=r.line(repeat), type="BotTestFailure")
                 fail.text = details

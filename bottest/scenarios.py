@@ -20,6 +20,16 @@ A file holds one scenario (a mapping) or a list of them::
           no_personal_data: true         # no e-mail or phone number the shopper did not give
           max_cost_usd: NUMBER           # what this message's answers may cost (USD)
           judge: STR | [STR]             # criteria a model checks (skipped when none is configured)
+
+Or, instead of ``turns``, a simulated shopper (a model plays it; skipped when none is configured)::
+
+    persona: STR                # who the shopper is and how they write
+    goal: STR                   # what they want done (required with persona)
+    knows: {KEY: VALUE} | [STR] # optional: facts they can give (e-mail, order number...)
+    max_turns: 8                # optional: the most messages they send (1 to 30)
+    expect:                     # optional; checked once the conversation ended
+      outcome: reached          # reached (default), gave_up, turn_limit or any
+      ...                       # any key above: over the whole conversation (see docs/bot-tests.md)
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 import yaml
 
 #: Keys of a scenario, a turn and an expectation.
-SCENARIO_KEYS = {"name", "locale", "turns", "max_cost_usd"}
+SCENARIO_KEYS = {"name", "locale", "turns", "max_cost_usd", "persona", "goal", "knows", "max_turns", "expect"}
 TURN_KEYS = {"say", "expect"}
 EXPECT_KEYS = {
     "route",
@@ -47,6 +57,11 @@ EXPECT_KEYS = {
     "max_cost_usd",
     "judge",
 }
+#: How a simulated shopper's conversation may end (``expect.outcome``; ``any``: however it ends).
+OUTCOMES = ("reached", "gave_up", "turn_limit", "any")
+#: A simulated shopper's turn limit: the default and the most a scenario may set.
+MAX_TURNS_DEFAULT = 8
+MAX_TURNS_CAP = 30
 ORDER_KEYS = {"number", "status", "cancelled", "returned", "address_changed"}
 ORDER_COUNTS = {"cancelled": "cancel", "returned": "return", "address_changed": "change_address"}
 
@@ -99,7 +114,9 @@ class TurnSpec:
 @dataclass(frozen=True)
 class Scenario:
     """One scenario: a new conversation in ``locale`` with its ``turns``; ``path`` and ``line``
-    where it is written."""
+    where it is written. A simulated shopper's scenario has no turns but a ``persona`` pursuing
+    ``goal``, knowing the facts ``knows``, sending at most ``max_turns`` messages; ``expect`` is
+    checked once its conversation ended, which must end as ``outcome`` (``OUTCOMES``)."""
 
     name: str
     turns: tuple[TurnSpec, ...]
@@ -107,6 +124,17 @@ class Scenario:
     line: int
     locale: str = "en"
     max_cost_usd: Decimal | None = None
+    persona: str = ""
+    goal: str = ""
+    knows: tuple[str, ...] = ()
+    max_turns: int = MAX_TURNS_DEFAULT
+    expect: Expect = field(default_factory=Expect)
+    outcome: str = "reached"
+
+    @property
+    def simulated(self) -> bool:
+        """Whether a model plays the shopper (a persona and a goal instead of turns)."""
+        return bool(self.persona)
 
 
 class _Loader(yaml.SafeLoader):
@@ -185,12 +213,12 @@ def _order(value: Any, *, path: str, line: int) -> OrderExpect:
     return OrderExpect(number=str(number).strip(), status=status, changes=changes)
 
 
-def _expect(value: Any, *, path: str, line: int) -> Expect:
+def _expect(value: Any, *, path: str, line: int, extra: frozenset[str] = frozenset()) -> Expect:
     if value is None:
         return Expect()
     if not isinstance(value, _Mapping):
         raise ScenarioError(path, line, "expect: a mapping (route, contains, not_contains, handoff...)")
-    _unknown(value, EXPECT_KEYS, path=path, what="expect")
+    _unknown(value, EXPECT_KEYS | extra, path=path, what="expect")
     got: dict[str, Any] = {}
     for key in ("route", "contains", "not_contains", "tools_called", "tools_not_called", "judge"):
         if key in value:
@@ -223,6 +251,15 @@ def _scenario(value: Any, *, path: str, line: int) -> Scenario:
     locale = value.get("locale", "en")
     if not isinstance(locale, str) or not locale.strip():
         raise ScenarioError(path, value.line_of("locale"), "locale: a language code (en, zh...)")
+    if "persona" in value or "goal" in value:
+        return _simulated(value, name=name.strip(), locale=locale.strip(), path=path)
+    for key in ("knows", "max_turns", "expect"):
+        if key in value:
+            raise ScenarioError(
+                path,
+                value.line_of(key),
+                f"{key}: only with persona and goal (a simulated shopper); turns have their own",
+            )
     turns = value.get("turns")
     if not isinstance(turns, list) or not turns:
         raise ScenarioError(path, value.line_of("turns"), "turns: a non-empty list of {say, expect}")
@@ -247,6 +284,71 @@ def _scenario(value: Any, *, path: str, line: int) -> Scenario:
         max_cost_usd=None
         if cost is None
         else _usd(cost, path=path, line=value.line_of("max_cost_usd"), key="max_cost_usd"),
+    )
+
+
+def _text(value: Any, *, path: str, line: int, key: str, hint: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ScenarioError(path, line, f"{key}: a non-empty string ({hint})")
+    return value.strip()
+
+
+def _knows(value: Any, *, path: str, line: int) -> tuple[str, ...]:
+    """``knows``: a mapping (``email: mei@example.com``, each read as "email: mei@example.com"),
+    a list of strings or one string."""
+    if isinstance(value, _Mapping):
+        facts = []
+        for key, fact in value.items():
+            if not isinstance(fact, str | int | float) or isinstance(fact, bool) or not str(fact).strip():
+                raise ScenarioError(path, value.line_of(key), f"knows.{key}: a fact, a non-empty string or number")
+            facts.append(f"{key}: {fact}")
+        if not facts:
+            raise ScenarioError(path, line, "knows: facts the shopper can give, a mapping or a list of strings")
+        return tuple(facts)
+    return _strings(value, path=path, line=line, key="knows")
+
+
+def _simulated(value: _Mapping, *, name: str, locale: str, path: str) -> Scenario:
+    """A scenario whose shopper a model plays (``persona`` and ``goal`` instead of ``turns``)."""
+    if "turns" in value:
+        raise ScenarioError(
+            path, value.line_of("turns"), "turns: not with persona and goal (a simulated shopper writes its own)"
+        )
+    if "persona" not in value:
+        raise ScenarioError(path, value.line_of("goal"), "persona: required with goal (who the shopper is)")
+    persona = _text(
+        value["persona"], path=path, line=value.line_of("persona"), key="persona", hint="who the shopper is"
+    )
+    if "goal" not in value:
+        raise ScenarioError(path, value.line_of("persona"), "goal: required with persona (what the shopper wants done)")
+    goal = _text(value["goal"], path=path, line=value.line_of("goal"), key="goal", hint="what the shopper wants done")
+    knows = _knows(value["knows"], path=path, line=value.line_of("knows")) if "knows" in value else ()
+    max_turns = value.get("max_turns", MAX_TURNS_DEFAULT)
+    if not isinstance(max_turns, int) or isinstance(max_turns, bool) or not 1 <= max_turns <= MAX_TURNS_CAP:
+        raise ScenarioError(path, value.line_of("max_turns"), f"max_turns: a whole number from 1 to {MAX_TURNS_CAP}")
+    raw = value.get("expect")
+    outcome = "reached"
+    if isinstance(raw, _Mapping) and "outcome" in raw:
+        outcome = raw["outcome"]
+        if outcome not in OUTCOMES:
+            raise ScenarioError(path, raw.line_of("outcome"), f"outcome: one of {', '.join(OUTCOMES)}")
+    expect = _expect(raw, path=path, line=value.line_of("expect"), extra=frozenset({"outcome"}))
+    cost = value.get("max_cost_usd")
+    return Scenario(
+        name=name,
+        turns=(),
+        path=path,
+        line=value.line,
+        locale=locale,
+        max_cost_usd=None
+        if cost is None
+        else _usd(cost, path=path, line=value.line_of("max_cost_usd"), key="max_cost_usd"),
+        persona=persona,
+        goal=goal,
+        knows=knows,
+        max_turns=max_turns,
+        expect=expect,
+        outcome=outcome,
     )
 
 

@@ -2,12 +2,14 @@
 languages, out of scope, personal data, Chinese) passes on the demo store: its FAQ and orders
 on the test database, the test upstream as every tier (``remote``). No time ceilings: timing
 belongs in bench/. The judged criterion is skipped, with the reason: the test upstream echoes,
-it does not judge."""
+it does not judge. The simulated shoppers (shoppers.yaml) run on their own, their replies and the
+judge's scripted: the test upstream echoes, it plays no shopper."""
 
 from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,7 +41,8 @@ def test_the_shipped_demo_suite_passes_on_the_demo_store(demo_store, remote, tmp
     out = io.StringIO()
     junit = tmp_path / "bot.xml"
     try:
-        call_command("bot_test", str(SUITE), "--junit", str(junit), stdout=out)
+        fixed = [str(f) for f in sorted(SUITE.glob("*.yaml")) if f.name != "shoppers.yaml"]
+        call_command("bot_test", *fixed, "--junit", str(junit), stdout=out)
     except SystemExit as e:
         pytest.fail(f"exit {e.code}:\n{out.getvalue()}")
     lines = out.getvalue().splitlines()
@@ -50,3 +53,32 @@ def test_the_shipped_demo_suite_passes_on_the_demo_store(demo_store, remote, tmp
     assert lines[-1] == "14 passed, 0 failed, 1 skipped"
     assert junit.read_text(encoding="utf-8").count("<testcase ") == 15
     assert DemoOrder.objects.get(number="KF-1002").status == "placed"  # the suite's cancellation was simulated
+
+
+def test_the_shipped_simulated_shoppers_pass_on_the_demo_store(demo_store, remote):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fake_openai import Behaviour
+
+    remote.push(
+        Behaviour(text="I want to return my order"),
+        Behaviour(text="KF-1003, mei.chen@example.com"),
+        Behaviour(text="yes"),
+        Behaviour(text="Great, thanks.\nGOAL_REACHED"),
+        Behaviour(text="PASS It states no refund date or amount."),  # the judge
+        Behaviour(text="我的订单 KF-1001 到哪里了？邮箱 mei.chen@example.com"),
+        Behaviour(text="GOAL_REACHED"),
+    )
+    out = io.StringIO()
+    try:
+        call_command("bot_test", str(SUITE / "shoppers.yaml"), stdout=out)
+    except SystemExit as e:
+        pytest.fail(f"exit {e.code}:\n{out.getvalue()}")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("COST estimate: up to ")
+    assert lines[1:3] == [
+        "PASS a cracked candle returned: goal reached after 3 turns",
+        "PASS 用中文查询订单状态: goal reached after 1 turn",
+    ]
+    assert lines[3].startswith("COST spent: ")
+    assert lines[-1] == "2 passed, 0 failed"
+    assert len(remote.requests) == 7  # the shoppers' and the judge's calls: the bot answered from the FAQ and the store

@@ -81,7 +81,7 @@ def test_a_celery_worker_holds_the_same_redis_connections_after_400_tier_calls(
         }
         env.pop("DJANGO_SETTINGS_MODULE", None)
         manage(env, "migrate", "--noinput")
-        assert "seeded 1000" in manage(env, "shell", "-c", SEED)
+        assert f"seeded {TASKS}" in manage(env, "shell", "-c", SEED)
 
         log = tmp_path / "worker.log"
         worker = celery_worker(env, log, loglevel="WARNING")

@@ -55,13 +55,13 @@ FOLLOW_UP_MESSAGES = 2
 
 def skus_about(text: str, *, earlier: Sequence[str] = ()) -> tuple[str, ...]:
     """The skus of the catalog products ``text`` is about, best first, at most
-    :data:`MAX_PRODUCTS`: those it names, else those the newest of ``earlier`` (the
+    :data:`MAX_PRODUCTS`: every product it names (a comparison names several), else those the newest of ``earlier`` (the
     conversation's shopper messages, oldest first; the newest :data:`FOLLOW_UP_MESSAGES` are
     read) named. ``()`` when none. Pure (the catalog index in memory); no database."""
-    found = catalog.find(text)
+    found = catalog.find(text, every=True)
     if not found.products:
         for before in list(reversed(earlier))[:FOLLOW_UP_MESSAGES]:
-            found = catalog.find(before)
+            found = catalog.find(before, every=True)
             if found.products:
                 break
     return tuple(p.names.sku for p in found.products[:MAX_PRODUCTS])
@@ -122,7 +122,7 @@ _CURRENCY = r"(?:US\$|HK\$|\$|¥|￥|€|£|USD|CNY|RMB|EUR|GBP)"
 _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _PRICE_AFTER = re.compile(r"\s*(?:元|块|美元|人民币|USD|CNY|RMB|EUR|GBP|dollars?\b|yuan\b|euros?\b)", re.IGNORECASE)
 _STOCK_AFTER = re.compile(
-    r"\s*(?:(?:units?|pieces?|pcs|items?|of them)\s+)?"
+    r"\s*(?:(?:units?|pieces?|pcs|items?|of them)\s+)?(?:(?:are|is)\s+(?:still\s+)?)?"
     r"(?:件|个|台|只|套|盏|张|units?\b|pieces?\b|pcs\b|items?\b|in[ -]stock\b|left\b|available\b|remaining\b|on hand\b)",
     re.IGNORECASE,
 )
@@ -254,10 +254,11 @@ class FigureGuard:
             if not final:
                 # The number may go on ("12" -> "129", "12." -> "12.5"), or the words after it,
                 # which say what it is, are still coming.
-                if not tail or re.fullmatch(r"[.,]", tail):
+                if not tail or re.fullmatch(r"[.,]\d*", tail):
                     break
+                # After a currency sign or code it is a price whatever follows: judged at once.
                 stop = _SENTENCE_END.search(tail)
-                if stop is None and len(tail) < LOOKAHEAD:
+                if not match.group("cur") and stop is None and len(tail) < LOOKAHEAD:
                     break
             wrong = self._judge(match, tail)
             if wrong is not None:

@@ -74,8 +74,10 @@ def test_text_before_a_figure_is_released_at_once() -> None:
     guard = FigureGuard(FIGURES)
     assert guard.feed("Hello, it costs ") == ("Hello, it costs ", None)
     assert guard.feed("$12") == ("", None)  # held: the number may go on
-    assert guard.feed("9 in brass") == ("", None)  # held: the words after it still come
-    assert guard.feed(". Yes.") == ("$129 in brass. Yes.", None)
+    assert guard.feed("9 in brass, ") == ("$129 in brass, ", None)  # a price: judged once whole
+    assert guard.feed("1") == ("", None)
+    assert guard.feed("4 in") == ("", None)  # no currency: held while the words after it come
+    assert guard.feed(" brass. Yes") == ("14 in brass. Yes", None)
 
 
 def test_store_information_prices_are_allowed() -> None:

@@ -142,12 +142,18 @@ class Answer:
         self._remote = decision.remote
         # A price or stock level the model stated that the catalog did not give (routing.products.grounding).
         self._wrong_figure: grounding.WrongFigure | None = None
+        # Checks the answer's prices and stock levels; catalog tools' results widen what it allows.
+        self._figures = grounding.FigureGuard(decision.figures) if decision.figures is not None else None
         if self._remote:
             call = decision.call(_context(question))
             if call.request.tools:
                 # May call the store for this shopper's orders: never shared with another question.
                 self._source = tools.stream_with_tools(
-                    call, question=question, locale=decision.locale, vault=decision.vault
+                    call,
+                    question=question,
+                    locale=decision.locale,
+                    vault=decision.vault,
+                    on_products=self._figures.allow if self._figures is not None else None,
                 )
             else:
                 # Identical cacheable questions in flight at once share one upstream call (routing.upstream.singleflight).
@@ -242,8 +248,7 @@ class Answer:
         unmasker = privacy.StreamUnmasker(self._decision.vault) if self._decision.vault else None
         # An answer that repeats the assistant's own instructions is stopped (routing.decide.injection).
         guard = injection.LeakGuard(prompt.instructions(self._decision.locale))
-        plan_figures = self._decision.figures
-        figures = grounding.FigureGuard(plan_figures) if plan_figures is not None else None
+        figures = self._figures
         wrong: grounding.WrongFigure | None = None
         try:
             while True:

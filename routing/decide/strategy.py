@@ -334,8 +334,18 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
         catalog_note = f", catalog {' '.join(v.sku for v in in_prompt)}" if in_prompt else ""
         # An order question may call the store (routing.orders.tools); others are spared the tools' tokens.
         use_tools = store_actions and store_on() and tools.relevant(text, grounded_on)
-        if use_tools:
-            messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{tools.TOOL_NOTE}"}, *messages[1:]]
+        # A question about the catalog's products (one named, or a word of the catalog's titles or
+        # tags: "a lamp under $100?") may look products up (search_products, get_product).
+        product_tools = grounding_products.about_catalog(text, named=bool(skus))
+        notes = [note for on, note in ((use_tools, tools.TOOL_NOTE), (product_tools, tools.PRODUCT_TOOL_NOTE)) if on]
+        if notes:
+            messages = [{**messages[0], "content": "\n\n".join([messages[0]["content"], *notes])}, *messages[1:]]
+        if product_tools and figures is None:
+            # Figures come from the tools' results alone: a price before any is still checked.
+            figures = grounding_products.Figures.of(
+                [], also=grounding_products.figures_in_text("\n".join(a for _, a in grounding))
+            )
+        any_tools = use_tools or product_tools
         return Decision(
             route=f"llm.{tier}",
             locale=locale,
@@ -345,12 +355,14 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
                 messages=messages,
                 model=tier_model(tier),
                 max_tokens=settings.KEFU_LLM_MAX_TOKENS,
-                tools=tools.definitions(verified=bool(question.customer_id)) if use_tools else None,
-                tool_choice="auto" if use_tools else None,
+                tools=tools.definitions(verified=bool(question.customer_id), orders=use_tools, products=product_tools)
+                if any_tools
+                else None,
+                tool_choice="auto" if any_tools else None,
             ),
             reason=(
                 f"remote model, {tier_decision.describe()}{budget_note}{catalog_note}"
-                f"{', store tools' if use_tools else ''}"
+                f"{', store tools' if use_tools else ''}{', catalog tools' if product_tools else ''}"
             ),
             cache_scope=cache_scope,
             cache_vector=vector,

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from routing.products.index import catalog
+from routing.products.index import GENERIC, catalog, terms
 from store.services import product_view
 from store.types import ProductView
 
@@ -40,6 +40,7 @@ __all__ = [
     "FigureGuard",
     "Figures",
     "WrongFigure",
+    "about_catalog",
     "facts_text",
     "figures_in_text",
     "product_views",
@@ -65,6 +66,19 @@ def skus_about(text: str, *, earlier: Sequence[str] = ()) -> tuple[str, ...]:
             if found.products:
                 break
     return tuple(p.names.sku for p in found.products[:MAX_PRODUCTS])
+
+
+def about_catalog(text: str, *, named: bool) -> bool:
+    """Whether a remote-bound message is about the catalog, so the catalog's tools are offered:
+    it names a product (``named``), or holds a word of the catalog's titles, categories or tags
+    ("lamp", "台灯"). False with an empty catalog. Pure."""
+    snapshot = catalog.snapshot
+    if not snapshot.products:
+        return False
+    if named:
+        return True
+    vocabulary = snapshot.vocabulary
+    return any(w in vocabulary for w in terms(text) if w not in GENERIC)
 
 
 def product_views(skus: Sequence[str], locale: str) -> list[ProductView]:
@@ -196,6 +210,12 @@ class FigureGuard:
         self._before = ""  # the last released code points: what precedes a held figure
         self._collect = collect
         self.wrong: WrongFigure | None = None
+
+    def allow(self, views: Sequence[ProductView]) -> None:
+        """Allow the figures of ``views`` too (products a catalog tool's result stated to the
+        model, ``routing.orders.tools.run_product_tool``)."""
+        more = Figures.of(views)
+        self.figures = Figures(prices=self.figures.prices | more.prices, stocks=self.figures.stocks | more.stocks)
 
     def feed(self, text: str) -> tuple[str, WrongFigure | None]:
         if self.wrong is not None:

@@ -182,3 +182,54 @@ async def test_a_wrong_yuan_price_is_cut_and_a_right_one_passes(make_client, faq
     await wrong_figure_test(
         make_client, remote, QUESTION_ZH, ["很适合，售价 ", "99 元", "。"], "很适合，售价 \n\n", "99", "zh"
     )
+
+
+# --- The catalog's tools (search_products, get_product) ----------------------------------------------
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools") or []]
+
+
+async def test_catalog_tools_answer_and_their_figures_pass(make_client, faq, remote, products):
+    await database_sync_to_async(products)()
+    question = "Do you have a lamp for a reading corner?"
+    remote.push(
+        Behaviour(tool_calls=[{"name": "search_products", "arguments": {"query": "lamp"}}]),
+        Behaviour(tool_calls=[{"name": "get_product", "arguments": {"sku": "EMB-T"}}]),
+        Behaviour(chunks=["The Ember Table Lamp, $", "139 in black (sold out) or $129 in brass, 14 in stock."]),
+    )
+    shopper = await make_client()
+    await shopper.hello()
+    frames, end = await answered(shopper, question)
+    assert (
+        end["text"] == deltas(frames) == "The Ember Table Lamp, $139 in black (sold out) or $129 in brass, 14 in stock."
+    )
+    first = request_for(remote, question)
+    assert "search_products" in tool_names(first) and "get_product" in tool_names(first)
+    assert "order_status" not in tool_names(first)  # not an order question
+    assert "Catalog facts" not in first["messages"][0]["content"]  # no product named: nothing grounded
+    # The tools' results went back to the model: the search's summary, then the product's facts.
+    last = remote.requests[-1]["messages"]
+    results = [json.loads(m["content"]) for m in last if m["role"] == "tool"]
+    assert results[0]["ok"] and results[0]["products"][0]["sku"] == "EMB-T"
+    assert results[0]["products"][0]["price_min"] == "129.00" and results[0]["products"][0]["in_stock"] == 14
+    variants = results[1]["product"]["variants"]
+    assert [(v["sku"], v["price"], v["stock"]) for v in variants] == [
+        ("EMB-T-BR", "129.00", 14),
+        ("EMB-T-BK", "139.00", 0),
+    ]
+
+
+async def test_a_price_with_no_catalog_source_is_cut_even_with_tools(make_client, faq, remote, products):
+    await database_sync_to_async(products)()
+    # The model skips the tools and invents a price for a lamp: no figure allows it.
+    await wrong_figure_test(
+        make_client,
+        remote,
+        "Do you have a lamp for a reading corner?",
+        ["Our reading lamp costs $", "49 and ships fast."],
+        "Our reading lamp costs \n\n",
+        "49",
+        "en",
+    )

@@ -233,3 +233,21 @@ async def test_a_price_with_no_catalog_source_is_cut_even_with_tools(make_client
         "49",
         "en",
     )
+
+
+async def test_a_follow_up_and_a_comparison_are_grounded_on_their_products(make_client, faq, remote, products):
+    await database_sync_to_async(products)()
+    shopper = await make_client()
+    await shopper.hello()
+    _, end = await answered(shopper, "Is the Ember Table Lamp in stock?")
+    assert end["route"] == "product"  # the catalog's template, no model
+    follow_up = "Would it suit a small bedroom?"
+    _, end = await answered(shopper, follow_up)
+    assert end["route"] == "llm.simple"
+    system = request_for(remote, follow_up)["messages"][0]["content"]
+    assert "- Ember Table Lamp (sku EMB-T)" in system and "Kiln Teapot" not in system
+    compare = "Which makes a better gift, the Ember Table Lamp or the Kiln Teapot?"
+    _, end = await answered(shopper, compare)
+    system = request_for(remote, compare)["messages"][0]["content"]
+    assert "- Ember Table Lamp (sku EMB-T)" in system and "- Kiln Teapot (sku TEA-1)" in system
+    assert "199 CNY, 6 in stock" in system

@@ -40,6 +40,7 @@ from routing.faq.registry import registry
 from routing.models import UpstreamCall
 from routing.orders import actions as order_actions
 from routing.orders import task_state, tools
+from routing.products import grounding
 from routing.products.cards import card_of
 from routing.products.cards import cards_of as product_cards_of
 from routing.products.cards import image_hosts as product_image_hosts_of
@@ -141,12 +142,20 @@ class Answer:
         self._closed = False
         self._record: AnswerRecord | None = None
         self._remote = decision.remote
+        # A price or stock level the model stated that the catalog did not give (routing.products.grounding).
+        self._wrong_figure: grounding.WrongFigure | None = None
+        # Checks the answer's prices and stock levels; catalog tools' results widen what it allows.
+        self._figures = grounding.FigureGuard(decision.figures) if decision.figures is not None else None
         if self._remote:
             call = decision.call(_context(question))
             if call.request.tools:
                 # May call the store for this shopper's orders: never shared with another question.
                 self._source = tools.stream_with_tools(
-                    call, question=question, locale=decision.locale, vault=decision.vault
+                    call,
+                    question=question,
+                    locale=decision.locale,
+                    vault=decision.vault,
+                    on_products=self._figures.allow if self._figures is not None else None,
                 )
             else:
                 # Identical cacheable questions in flight at once share one upstream call (routing.upstream.singleflight).
@@ -224,7 +233,13 @@ class Answer:
         """The answer's text in pieces (non-empty strings). A fixed answer (FAQ, cache, decline,
         handoff) comes in pieces of about 40 code points. When the remote model fails before any
         text, a polite handoff is streamed instead (``route`` becomes ``handoff``). Raises
-        :class:`AnswerCut` when the remote stream broke after some text."""
+        :class:`AnswerCut` when the remote stream broke after some text.
+
+        An answer grounded on catalog products (``Decision.figures``) is held back only while a
+        price or stock figure is being written, and released once the catalog gave it; a figure
+        it did not give is never sent: the answer stops before it, ends with the handoff
+        sentence, and is queued for a person (``queue_for_agent``, ``reason`` naming the figure;
+        never cached). ``route`` stays the tier's (its tokens were spent)."""
         if self._source is None:
             for piece in answers.chunks(self._decision.text or ""):
                 yield piece
@@ -235,6 +250,8 @@ class Answer:
         unmasker = privacy.StreamUnmasker(self._decision.vault) if self._decision.vault else None
         # An answer that repeats the assistant's own instructions is stopped (routing.decide.injection).
         guard = injection.LeakGuard(prompt.instructions(self._decision.locale))
+        figures = self._figures
+        wrong: grounding.WrongFigure | None = None
         try:
             while True:
                 try:
@@ -253,17 +270,35 @@ class Answer:
                     if guard.feed(item.text):
                         raise _leak()
                     piece = unmasker.feed(item.text) if unmasker is not None else item.text
+                    if piece and figures is not None:
+                        piece, wrong = figures.feed(piece)
                     if piece:
                         sent = True
                         yield piece
-            if guard.end():
-                raise _leak()
-            if unmasker is not None and (rest := unmasker.end()):
-                yield rest
+                    if wrong is not None:
+                        break
+            if wrong is None:
+                if guard.end():
+                    raise _leak()
+                rest = unmasker.end() if unmasker is not None else ""
+                if figures is not None:
+                    rest, wrong = figures.feed(rest) if rest else ("", None)
+                    if wrong is None:
+                        last, wrong = figures.end()
+                        rest += last
+                if rest:
+                    sent = True
+                    yield rest
+            if wrong is not None:
+                await self.close()
+                yield ("\n\n" if sent else "") + self._cut_for(wrong)
         except ProviderError as e:
             if sent:
                 if unmasker is not None and e.code != "refused" and (rest := unmasker.end()):
-                    yield rest
+                    if figures is not None:  # a figure still held when the stream broke is dropped
+                        rest, _ = figures.feed(rest)
+                    if rest:
+                        yield rest
                 raise AnswerCut(e) from e
             if e.code == "budget":
                 # Another answer took the last of a budget since this one was chosen.
@@ -278,6 +313,22 @@ class Answer:
             self._source = None
             for piece in answers.chunks(self._decision.text or ""):
                 yield piece
+
+    def _cut_for(self, wrong: grounding.WrongFigure) -> str:
+        """The answer stopped before ``wrong``: queued for a person with a reason naming it,
+        never cached or re-made. Returns the handoff sentence that ends the answer."""
+        plan = self._decision
+        log.warning("a remote answer stated a %s the catalog does not give; cut and handed off", wrong.describe())
+        self._wrong_figure = wrong
+        self._decision = replace(
+            plan,
+            queue_for_agent=True,
+            shareable=False,
+            remake=False,
+            # The figure first: reasons are stored cut to 200 characters.
+            reason=f"the model stated a {wrong.describe()} the catalog does not give; {plan.reason}",
+        )
+        return answers.handoff_text(plan.locale)
 
     async def close(self) -> None:
         """Stop the upstream call, if any (idempotent): after the stream, or when the answer is
@@ -339,7 +390,7 @@ class Answer:
         when there is one; a sampled share of semantic hits is re-answered and compared
         (``routing.tasks.maybe_audit_async``). Call after :meth:`finish`."""
         record = self._record
-        if record is None or record.cut or sandbox.active():
+        if record is None or record.cut or sandbox.active() or self._wrong_figure is not None:
             return  # a bot test's answer (lib.sandbox) reads the cache, never writes or audits it
         decision, question = self._ended, self._question
         if self._done is not None and self._done.finish_reason == "length":

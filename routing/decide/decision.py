@@ -19,6 +19,7 @@ from routing.upstream.tiers import CANDIDATE, CURRENT
 if TYPE_CHECKING:
     import numpy as np
 
+    from routing.products.grounding import Figures
     from routing.prompt.privacy import Vault
     from routing.providers.base import ChatRequest, Provider
 
@@ -86,6 +87,10 @@ class Decision:
     complaint: bool = False
     # The product cards shown with the answer (``routing.products.cards``; a ``product`` answer's).
     cards: tuple[ProductCard, ...] = ()
+    # The prices and stock levels a remote answer grounded on catalog products may state
+    # (``routing.products.grounding``): every figure it streams is checked against them before
+    # it reaches the shopper. None: no product in its prompt, nothing checked.
+    figures: Figures | None = None
 
     @property
     def remote(self) -> bool:

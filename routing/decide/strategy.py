@@ -23,7 +23,9 @@ Order of checks (docs/routing.md):
    a message naming an order (number and e-mail) -> ``action``;
 3. small talk in any language (``routing.decide.smalltalk``) -> ``decline`` with kefu's own reply;
    the scope classifier says the message is not a store matter -> ``decline``;
-4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries; the tier
+4. a remote model is configured -> ``llm.<tier>``, grounded on the closest FAQ entries and on the
+   catalog facts of the products the message is about (``routing.products.grounding``: the
+   answer's prices and stock levels are checked against them as it streams); the tier
    classifier (``routing.decide.tier_classifier``: keyword rules, then a learned model) chooses the tier, or a
    keyword rule (legal threat, fraud, chargeback...) hands the message to a person; the spend
    budgets (``routing.upstream.budgets``) may send it a tier down, or, when spent, to a person with a
@@ -36,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -53,6 +56,7 @@ from routing.decide.tier_classifier import HANDOFF, rule_for
 from routing.faq.model import normalise_text
 from routing.faq.registry import registry
 from routing.orders import actions, tasks, tools
+from routing.products import grounding as grounding_products
 from routing.prompt import build as prompt
 from routing.prompt import privacy, rewrite
 from routing.providers.base import ChatRequest
@@ -302,14 +306,46 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
                 cache_question=cache_question or text,
                 reason=f"{hit.route} {hit.rule} similarity={hit.similarity:.3f} entry={hit.entry_id}",
             )
+        # The catalog products the message is about (or, for a follow-up, the last messages):
+        # their facts go into the prompt, and every price or stock figure of the answer is
+        # checked against them (routing.products.grounding). Two queries a product, none without.
+        skus = grounding_products.skus_about(text, earlier=[body for role, body in turns if role == "shopper"])
+        views = (
+            await sync_to_async(grounding_products.product_views, thread_sensitive=False)(skus, locale) if skus else []
+        )
         built = prompt.build_prompt(
-            grounding=grounding, history=turns, text=sent_text, locale=locale, tier=tier, summary=summary
+            grounding=grounding,
+            history=turns,
+            text=sent_text,
+            locale=locale,
+            tier=tier,
+            summary=summary,
+            products=grounding_products.facts_text(views),
         )
         messages = built.messages
+        in_prompt = views[: built.catalog_products]
+        figures = (
+            grounding_products.Figures.of(
+                in_prompt, also=grounding_products.figures_in_text("\n".join(a for _, a in grounding))
+            )
+            if in_prompt
+            else None
+        )
+        catalog_note = f", catalog {' '.join(v.sku for v in in_prompt)}" if in_prompt else ""
         # An order question may call the store (routing.orders.tools); others are spared the tools' tokens.
         use_tools = store_actions and store_on() and tools.relevant(text, grounded_on)
-        if use_tools:
-            messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{tools.TOOL_NOTE}"}, *messages[1:]]
+        # A question about the catalog's products (one named, or a word of the catalog's titles or
+        # tags: "a lamp under $100?") may look products up (search_products, get_product).
+        product_tools = grounding_products.about_catalog(text, named=bool(skus))
+        notes = [note for on, note in ((use_tools, tools.TOOL_NOTE), (product_tools, tools.PRODUCT_TOOL_NOTE)) if on]
+        if notes:
+            messages = [{**messages[0], "content": "\n\n".join([messages[0]["content"], *notes])}, *messages[1:]]
+        if product_tools and figures is None:
+            # Figures come from the tools' results alone: a price before any is still checked.
+            figures = grounding_products.Figures.of(
+                [], also=grounding_products.figures_in_text("\n".join(a for _, a in grounding))
+            )
+        any_tools = use_tools or product_tools
         return Decision(
             route=f"llm.{tier}",
             locale=locale,
@@ -319,17 +355,24 @@ async def decide(*, question: Question, history: HistoryLoader, store_actions: b
                 messages=messages,
                 model=tier_model(tier),
                 max_tokens=settings.KEFU_LLM_MAX_TOKENS,
-                tools=tools.definitions(verified=bool(question.customer_id)) if use_tools else None,
-                tool_choice="auto" if use_tools else None,
+                tools=tools.definitions(verified=bool(question.customer_id), orders=use_tools, products=product_tools)
+                if any_tools
+                else None,
+                tool_choice="auto" if any_tools else None,
             ),
-            reason=f"remote model, {tier_decision.describe()}{budget_note}{', store tools' if use_tools else ''}",
+            reason=(
+                f"remote model, {tier_decision.describe()}{budget_note}{catalog_note}"
+                f"{', store tools' if use_tools else ''}{', catalog tools' if product_tools else ''}"
+            ),
             cache_scope=cache_scope,
             cache_vector=vector,
             grounded_on=tuple(grounded_on),
             cache_question=cache_question,
-            # An answer a budget sent a tier down is not what that tier's cache scope promises.
-            shareable=not with_history and not cache_question and not budget_note,
-            remake=(with_history or bool(cache_question)) and not budget_note,
+            # An answer a budget sent a tier down is not what that tier's cache scope promises;
+            # one grounded on the catalog states prices and stock, which change: never shared.
+            shareable=not with_history and not cache_question and not budget_note and not in_prompt,
+            remake=(with_history or bool(cache_question)) and not budget_note and not in_prompt,
+            figures=figures,
             vault=vault or None,
             tiers_allowed=tuple(standing.tiers_open(configured_tiers())) if standing is not None else None,
             # A summary only for what a prompt needs: this one left out older turns no summary covers.

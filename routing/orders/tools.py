@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -49,11 +49,11 @@ from routing.types import Question
 from routing.upstream import resilience
 from routing.upstream.call import Answered, Call, CallItem
 from store import services as store
-from store.types import Order, Owner, StoreError
+from store.types import Order, Owner, ProductView, StoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TOOL_NOTE", "definitions", "relevant", "run_tool", "stream_with_tools"]
+__all__ = ["PRODUCT_TOOL_NOTE", "TOOL_NOTE", "definitions", "relevant", "run_tool", "stream_with_tools"]
 
 _NUMBER = r"^[#A-Za-z0-9][A-Za-z0-9 #\-]{0,31}$"
 
@@ -80,6 +80,16 @@ class _AddressChangeArgs(_OrderArgs):
 
 class _NoArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _SearchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    query: str = Field(min_length=1, max_length=100)
+
+
+class _ProductArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    sku: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$")
 
 
 _EMAIL_PROP = {
@@ -162,6 +172,41 @@ _TOOLS: dict[str, tuple[str, type[BaseModel], str, dict[str, Any]]] = {
     ),
 }
 
+# The catalog's tools (issue 36 item 3): read-only, offered apart from the order tools.
+_PRODUCT_TOOLS: dict[str, tuple[str, type[BaseModel], str, dict[str, Any]]] = {
+    "search_products": (
+        "search_products",
+        _SearchArgs,
+        "Search the store's catalog by product name, SKU or a word of its title (e.g. lamp). Returns up to "
+        "5 products with their SKU, price range, currency, units in stock and link.",
+        {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "Words of a product's name, or a SKU."}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    ),
+    "get_product": (
+        "get_product",
+        _ProductArgs,
+        "Get one catalog product by SKU: description, attributes, and each variant's options, price and stock.",
+        {
+            "type": "object",
+            "properties": {"sku": {"type": "string", "description": "The product's SKU, from search_products."}},
+            "required": ["sku"],
+            "additionalProperties": False,
+        },
+    ),
+}
+#: How many products ``search_products`` returns.
+SEARCH_LIMIT = 5
+
+#: Appended to the system prompt of a request that carries the catalog's tools.
+PRODUCT_TOOL_NOTE = (
+    "You can look products up in the store's catalog with search_products and get_product. "
+    "State a price or a stock level only as the catalog facts or these tools give it; never guess one."
+)
+
 #: Appended to the system prompt of a request that carries the tools.
 TOOL_NOTE = (
     "You can look up this shopper's orders with the tools. Never guess an order's status, "
@@ -194,14 +239,109 @@ def person_offer_text(locale: str) -> str:
     return PERSON_OFFERS.get(locale, PERSON_OFFERS["en"])
 
 
-def definitions(*, verified: bool) -> list[dict[str, Any]]:
-    """The tools in the OpenAI format; ``orders_list`` only for a verified shopper (an anonymous
-    one names each order)."""
+def definitions(*, verified: bool, orders: bool = True, products: bool = False) -> list[dict[str, Any]]:
+    """The tools in the OpenAI format: the order tools (``orders``; ``orders_list`` only for a
+    verified shopper: an anonymous one names each order) and the catalog's ``search_products``
+    and ``get_product`` (``products``)."""
+    chosen = [(name, spec) for name, spec in _TOOLS.items() if orders and (verified or name != "orders_list")] + [
+        (name, spec) for name, spec in _PRODUCT_TOOLS.items() if products
+    ]
     return [
         {"type": "function", "function": {"name": name, "description": desc, "parameters": params}}
-        for name, (_, _, desc, params) in _TOOLS.items()
-        if verified or name != "orders_list"
+        for name, (_, _, desc, params) in chosen
     ]
+
+
+def _money(value: Any) -> str:
+    return f"{value:.2f}"
+
+
+def _product_summary(view: ProductView) -> dict[str, Any]:
+    low, high = view.price_range()
+    return {
+        "sku": view.sku,
+        "title": view.title,
+        "price_min": _money(low),
+        "price_max": _money(high),
+        "currency": view.currency,
+        "in_stock": view.in_stock(),
+        "url": view.url,
+    }
+
+
+def _product_json(view: ProductView) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "sku": view.sku,
+        "title": view.title,
+        "description": view.description[:600],
+        "attributes": view.attributes,
+        "currency": view.currency,
+        "url": view.url,
+    }
+    if view.variants:
+        data["variants"] = [
+            {"sku": v.sku, "options": v.options, "price": _money(v.price), "stock": v.stock} for v in view.variants
+        ]
+    else:
+        data["price"] = _money(view.price)
+        data["stock"] = view.stock
+    return data
+
+
+def _search(query: str, locale: str) -> list[ProductView]:
+    """Blocking: products for ``query`` (the whole of it, then each word of 3+ letters), at most
+    :data:`SEARCH_LIMIT`, first found first."""
+    found: dict[str, ProductView] = {}
+    for q in [query, *[w for w in re.findall(r"\w+", query) if len(w) >= 3 and w.lower() != query.lower()]]:
+        for view in store.product_search(q, locale, limit=SEARCH_LIMIT):
+            found.setdefault(view.sku, view)
+        if len(found) >= SEARCH_LIMIT:
+            break
+    return list(found.values())[:SEARCH_LIMIT]
+
+
+def _get(sku: str, locale: str) -> ProductView | None:
+    """Blocking: the product ``sku`` (or the product of a variant ``sku``)."""
+    view = store.product_view(sku, locale)
+    if view is None:
+        matches = store.product_search(sku, locale, limit=1)
+        view = (
+            matches[0]
+            if matches and sku.upper() in {matches[0].sku.upper(), *(v.sku.upper() for v in matches[0].variants)}
+            else None
+        )
+    return view
+
+
+async def run_product_tool(
+    call: ToolCall, *, locale: str, on_products: Callable[[list[ProductView]], None] | None = None
+) -> str:
+    """Run a catalog tool call (``search_products``, ``get_product``): the ``tool`` message's JSON
+    text. ``on_products`` is told the products the result states (their prices and stock become
+    figures the answer may state, ``routing.products.grounding``). Never raises."""
+    action, model, _, _ = _PRODUCT_TOOLS[call.name]
+    try:
+        args = model.model_validate(json.loads(call.arguments or "{}"))
+    except (ValueError, ValidationError) as e:
+        first = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
+        where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
+        return _error("invalid", f"bad arguments for {call.name}: {where}: {first.get('msg')}")
+    try:
+        if isinstance(args, _SearchArgs):
+            views = await sync_to_async(_search, thread_sensitive=False)(args.query, locale)
+            if on_products is not None:
+                on_products(views)
+            return json.dumps({"ok": True, "products": [_product_summary(v) for v in views]}, ensure_ascii=False)
+        assert isinstance(args, _ProductArgs)
+        view = await sync_to_async(_get, thread_sensitive=False)(args.sku, locale)
+        if view is None:
+            return _error("not_found", f"no product {args.sku!r} in the catalog", "Search with search_products.")
+        if on_products is not None:
+            on_products([view])
+        return json.dumps({"ok": True, "product": _product_json(view)}, ensure_ascii=False, default=str)
+    except Exception:  # the catalog's edge: the model is told, the answer goes on
+        log.exception("catalog tool %s failed", action)
+        return _error("unavailable", "the catalog could not be read")
 
 
 def relevant(text: str, grounded_on: list[int]) -> bool:
@@ -274,11 +414,20 @@ async def _task_save(question: Question, task: task_state.Task) -> None:
         await task_state.task_save_async(question.conversation_id, question.session_from_seq, task)
 
 
-async def run_tool(call: ToolCall, *, question: Question, locale: str) -> tuple[str, str | None]:
+async def run_tool(
+    call: ToolCall,
+    *,
+    question: Question,
+    locale: str,
+    on_products: Callable[[list[ProductView]], None] | None = None,
+) -> tuple[str, str | None]:
     """Run one tool call for ``question``'s shopper: ``(result, final_text)``. ``result`` is the
     ``tool`` message's JSON text (``{"ok": true, ...}`` or ``{"ok": false, "error", "message",
     "next_step"}``); ``final_text`` is set when the call offered a change: the answer then ends
-    with it (kefu's confirmation question), and no further round is sent. Never raises."""
+    with it (kefu's confirmation question), and no further round is sent. A catalog tool
+    (:func:`run_product_tool`) tells ``on_products`` what it found. Never raises."""
+    if call.name in _PRODUCT_TOOLS:
+        return await run_product_tool(call, locale=locale, on_products=on_products), None
     spec = _TOOLS.get(call.name)
     if spec is None:
         return _error("invalid", f"unknown tool {call.name!r}"), None
@@ -362,7 +511,12 @@ class Masker(Protocol):
 
 
 async def stream_with_tools(
-    call: Call, *, question: Question, locale: str, vault: Masker | None = None
+    call: Call,
+    *,
+    question: Question,
+    locale: str,
+    vault: Masker | None = None,
+    on_products: Callable[[list[ProductView]], None] | None = None,
 ) -> AsyncGenerator[CallItem, None]:
     """Stream ``call`` (its request carries the tools) for ``question``'s shopper, the store's
     replies in ``locale`` (the module docstring): ``TextDelta`` items, the rounds'
@@ -372,7 +526,8 @@ async def stream_with_tools(
     and results, purpose ``tool``, on the deployment that answered the round before), and its
     ``Answered`` carries that round's request; once a tool was called the ``Answered`` items say
     ``shareable=False``. ``vault``: the masker of the prompt's personal data (None: nothing
-    masked). Raises what ``resilience.stream_with_fallback`` raises."""
+    masked); ``on_products``: told the catalog products a tool's result states (before the
+    round that reads it streams). Raises what ``resilience.stream_with_fallback`` raises."""
     calls_made = 0
     prompt_tokens = completion_tokens = cached = 0
     estimated = False
@@ -436,7 +591,7 @@ async def stream_with_tools(
             else:
                 calls_made += 1
                 unmasked = replace(asked, arguments=vault.unmask(asked.arguments)) if vault is not None else asked
-                result, final_text = await run_tool(unmasked, question=question, locale=locale)
+                result, final_text = await run_tool(unmasked, question=question, locale=locale, on_products=on_products)
                 log.info("tool %s -> %s", asked.name, json.loads(result).get("error") or "ok")
             results.append(
                 {"role": "tool", "tool_call_id": asked.call_id, "content": vault.mask(result) if vault else result}

@@ -351,9 +351,11 @@ def _covers(p: ProductKeys, words: set[str], loose: list[str]) -> bool:
     return False
 
 
-def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = ()) -> Found:
+def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = (), every: bool = False) -> Found:
     """The products ``text`` names in ``snapshot`` (see the module docstring); ``among``: only
-    these skus are candidates (a pending "which one?"). Pure; no database."""
+    these skus are candidates (a pending "which one?"); ``every``: every product named, best
+    first, not only those that fit as well as the best (a comparison's, for the remote model's
+    grounding). Pure; no database."""
     if not snapshot.products:
         return Found()
     norm = normalise(text)
@@ -388,6 +390,8 @@ def find(snapshot: CatalogSnapshot, text: str, *, among: tuple[str, ...] = ()) -
     if not scored:
         return Found()
     scored.sort(key=lambda s: -s[0])
+    if every:
+        return Found(products=tuple(s[1] for s in scored), scores=tuple(s[0] for s in scored))
     best = scored[0][0]
     close = [s for s in scored if best - s[0] < CLOSE]
     if len(close) > 1:
@@ -470,9 +474,9 @@ class CatalogIndex:
         self._poller = threading.Thread(target=run, name="catalog-index", daemon=True)
         self._poller.start()
 
-    def find(self, text: str, *, among: tuple[str, ...] = ()) -> Found:
+    def find(self, text: str, *, among: tuple[str, ...] = (), every: bool = False) -> Found:
         """:func:`find` on the current snapshot."""
-        return find(self.snapshot, text, among=among)
+        return find(self.snapshot, text, among=among, every=every)
 
     def option_named(self, text: str) -> bool:
         """Whether ``text`` holds an option value of any product ("black", "灰色")."""

@@ -1,10 +1,13 @@
 """The prompt sent to a remote model: a system prompt, the store's most relevant FAQ entries
-(grounding), a rolling summary of older turns, the last turns that fit, and the new message.
+(grounding), the catalog facts of the products the message is about (``routing.products.grounding``),
+a rolling summary of older turns, the last turns that fit, and the new message.
 
 Budget (issue 4, point 6): a tier's prompt takes at most ``KEFU_CONTEXT_TOKENS[tier]`` tokens
 (settings ``KEFU_<TIER>_CONTEXT_TOKENS``, defaults 3000 / 6000 / 12000), counted with the tier
 model's tokenizer (``routing.upstream.tokens``, tiktoken-compatible). The
-system prompt (with grounding and summary) is always kept whole, the shopper's new message is
+system prompt (with grounding and summary) is always kept whole; the catalog facts of each
+product (best first) are kept while the system prompt with them leaves :data:`MIN_MESSAGE_TOKENS`
+for the new message (``Prompt.catalog_tokens`` says what they took); the shopper's new message is
 always kept (cut, with a note, when it alone does not fit), and then as many of the most recent
 turns as fit, never more than ``KEFU_CONTEXT_TURNS``. A turn is a shopper message and the answers
 after it (``chat.selectors.history_for_prompt``); a turn is kept whole or not at all.
@@ -54,6 +57,13 @@ MIN_MESSAGE_TOKENS = 64
 
 Turn = list[tuple[str, str]]
 
+#: Heading and rule of the catalog facts inside the system message (``routing.products.grounding``).
+CATALOG_HEADING = "Catalog facts (the only source of prices and stock levels):"
+CATALOG_RULE = (
+    "State a price or a stock level only exactly as these catalog facts give it, with its currency; "
+    "if they do not give it, say you do not know. Never estimate, round or invent one."
+)
+
 
 # --- Turns and the window --------------------------------------------------------------------------
 
@@ -101,10 +111,22 @@ def instructions(locale: str) -> str:
     return head.format(store=settings.KEFU_STORE_NAME, language=language_name(locale))
 
 
-def system_message(*, grounding: Sequence[tuple[str, str]], locale: str, summary: str = "") -> str:
-    """The system message: instructions, ``grounding`` as Q/A pairs, and the summary (if any)."""
+def catalog_section(products: Sequence[str]) -> str:
+    """The catalog facts of ``products`` (one block a product) under :data:`CATALOG_HEADING`
+    with :data:`CATALOG_RULE`; "" for none."""
+    if not products:
+        return ""
+    return f"\n\n{CATALOG_HEADING}\n" + "\n".join(products) + f"\n{CATALOG_RULE}"
+
+
+def system_message(
+    *, grounding: Sequence[tuple[str, str]], locale: str, summary: str = "", products: Sequence[str] = ()
+) -> str:
+    """The system message: instructions, ``grounding`` as Q/A pairs, the catalog facts of
+    ``products`` (if any) and the summary (if any)."""
     facts = "\n".join(f"- Q: {q}\n  A: {a}" for q, a in grounding) or "- (no matching store information)"
     system = SYSTEM_PROMPT.format(store=settings.KEFU_STORE_NAME, language=language_name(locale), grounding=facts)
+    system += catalog_section(products)
     if summary.strip():
         system += f"\n\n{SUMMARY_HEADING} {summary.strip()}"
     return system
@@ -115,7 +137,9 @@ class Prompt:
     """A prompt and how it was fitted. ``messages``: OpenAI chat messages; ``kept_turns`` /
     ``dropped_turns``: turns of the given history in / left out; ``tokens``: the prompt's size
     in tokens (counted, or estimated while the tokenizer loads: ``estimated``); ``truncated``:
-    the new message was cut to fit; ``summary``: the summary is in the system message."""
+    the new message was cut to fit; ``summary``: the summary is in the system message;
+    ``catalog_products`` / ``catalog_tokens``: the products whose catalog facts are in the system
+    message, and the tokens those facts (heading and rule included) take."""
 
     messages: list[dict[str, str]]
     kept_turns: int
@@ -124,6 +148,8 @@ class Prompt:
     truncated: bool
     summary: bool
     estimated: bool
+    catalog_products: int = 0
+    catalog_tokens: int = 0
 
 
 def build_prompt(
@@ -134,6 +160,7 @@ def build_prompt(
     locale: str,
     tier: str = "simple",
     summary: str = "",
+    products: Sequence[str] = (),
 ) -> Prompt:
     """The prompt for ``tier`` within its budget (see the module docstring).
 
@@ -141,7 +168,10 @@ def build_prompt(
     ``shopper``/``bot``/``agent``, oldest first (older turns beyond ``KEFU_CONTEXT_TURNS`` are
     dropped here too); ``text``: the shopper's new message; ``locale``: ``en``/``zh``;
     ``summary``: ``Conversation.summary``, the rolling summary of turns before ``history``
-    (``""`` for none), put in the system message under :data:`SUMMARY_HEADING`.
+    (``""`` for none), put in the system message under :data:`SUMMARY_HEADING`; ``products``:
+    the catalog facts of the products the message is about, one block a product, best first
+    (``routing.products.grounding.facts_text``), put under :data:`CATALOG_HEADING` as far as
+    they fit (the last ones are left out first).
 
     Safe to call on the event loop: until the tier model's tokenizer is loaded (2-3 s, once per
     process, started in the background), tokens are estimated (:func:`estimate_tokens`).
@@ -151,6 +181,14 @@ def build_prompt(
     budget = context_tokens(tier)
     system = system_message(grounding=grounding, locale=locale, summary=summary)
     used = counter.priming + counter.message("system", system)
+    catalog_products = catalog_tokens = 0
+    for count in range(len(products), 0, -1):
+        grounded = system_message(grounding=grounding, locale=locale, summary=summary, products=products[:count])
+        with_catalog = counter.priming + counter.message("system", grounded)
+        if with_catalog + MIN_MESSAGE_TOKENS <= budget:
+            catalog_products, catalog_tokens = count, with_catalog - used
+            system, used = grounded, with_catalog
+            break
 
     message, truncated = text, False
     message_tokens = counter.message("user", text)
@@ -175,6 +213,8 @@ def build_prompt(
         truncated=truncated,
         summary=bool(summary.strip()),
         estimated=counter.estimated,
+        catalog_products=catalog_products,
+        catalog_tokens=catalog_tokens,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import cached_property
 from typing import Any
 
 from autobahn.exception import Disconnected
@@ -78,8 +79,6 @@ class FrameSocket(AsyncWebsocketConsumer):
         self.channel_receive = self._channel_receive
         self.base_send = send
         self.groups_joined: set[str] = set()
-        # The frame budget is read from the settings once per socket, not once per frame sent.
-        self.frame_budget = framing.frame_budget()
         sweeper.ensure_sweeper()  # every process gives back the conversations of agents who vanished
         shutdown.install()  # and drains on SIGTERM instead of dropping what it streams
         answering.keep_upstreams_warm()  # and keeps its upstream connections open while idle
@@ -136,6 +135,12 @@ class FrameSocket(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         self.closed = True
         await self._release()
+
+    @cached_property
+    def frame_budget(self) -> int:
+        """The frame budget in bytes (``framing.frame_budget``), read from the settings once per
+        socket, not once per frame sent."""
+        return framing.frame_budget()
 
     async def _send(self, frame: Any) -> None:
         """Send ``frame`` as JSON. The guard of every frame a socket sends: one over the byte

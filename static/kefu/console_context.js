@@ -28,6 +28,9 @@
     filter: null, // label id the inbox is filtered by
     open: null, // the open conversation
     openLabels: [],
+    // The open conversation's labels changed (a reply to this agent's change, or live) after its
+    // context was asked for: the context's labels, read earlier, must not overwrite them.
+    labelsChanged: false,
     canned: [], // the open conversation's replies: {id, title, shortcut, text (filled), shared}
     suggest: [], // the replies the suggestion list shows
     active: 0, // the highlighted suggestion
@@ -116,6 +119,7 @@
   document.addEventListener("kefu:labels", (e) => {
     if (e.detail.id === state.open) {
       state.openLabels = e.detail.labels;
+      state.labelsChanged = true;
       renderOpenLabels();
     }
     if (state.filter) loadFilter();
@@ -140,6 +144,7 @@
       const data = await api(`/console/api/conversations/${cid}/labels`, "POST", { label: id, on });
       if (cid === state.open) {
         state.openLabels = data.labels;
+        state.labelsChanged = true;
         renderOpenLabels();
       }
     } catch (e) {
@@ -281,6 +286,7 @@
   async function loadContext(id) {
     state.open = id;
     state.openLabels = [];
+    state.labelsChanged = false;
     state.canned = [];
     closeSuggest();
     renderOpenLabels();
@@ -294,7 +300,7 @@
       return;
     }
     if (id !== state.open) return;
-    state.openLabels = data.labels;
+    if (!state.labelsChanged) state.openLabels = data.labels;
     state.canned = data.canned;
     state.loadedAt = Date.now();
     renderOpenLabels();

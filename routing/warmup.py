@@ -18,14 +18,16 @@ What is warmed:
 * the answer cache's intent model and the embedder (one embedding);
 * the language detector's models (``lib.text``).
 
-A failure is logged and reported as ``error: ...`` by :func:`status`; the server still serves
-(each part loads again lazily at first use and raises there).
+A failure is tried again after each of :data:`RETRY_DELAYS_S`; the last one is logged and
+reported as ``error: ...`` by :func:`status`; the server still serves (each part loads again
+lazily at first use and raises there).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import close_old_connections
 
@@ -69,17 +71,29 @@ def wait(timeout_s: float | None = None) -> str:
     return status()
 
 
+#: Pauses before the warm-up is tried again after a failure, seconds: a transient failure (an
+#: upstream's ``GET /models`` timing out, a file being replaced) must not leave a process reporting
+#: ``error`` on ``/healthz`` for good, which a load balancer would read as "never send traffic".
+RETRY_DELAYS_S: tuple[float, ...] = (1.0, 5.0)
+
+
 def _run() -> None:
     global _state
-    try:
-        warm()
-    except Exception as e:  # the thread's edge: report it; each part retries lazily and raises there
-        log.exception("router warm-up failed")
-        _state = f"error: {type(e).__name__}: {e}"
+    for attempt in range(len(RETRY_DELAYS_S) + 1):
+        try:
+            warm()
+        except Exception as e:  # the thread's edge: report it; each part retries lazily and raises there
+            if attempt < len(RETRY_DELAYS_S):
+                log.warning("router warm-up failed (%s: %s); trying again", type(e).__name__, e)
+                time.sleep(RETRY_DELAYS_S[attempt])
+                continue
+            log.exception("router warm-up failed")
+            _state = f"error: {type(e).__name__}: {e}"
+            return
+        finally:
+            close_old_connections()
+        _state = "ok"
         return
-    finally:
-        close_old_connections()
-    _state = "ok"
 
 
 def warm() -> None:

@@ -14,7 +14,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -232,7 +234,6 @@ def _from_sqlite_template(env: dict[str, str], faq_path: Path | None) -> bool:
     template = _sqlite_templates.get(faq)
     if template is None:
         import sqlite3
-        import tempfile
 
         template = Path(tempfile.mkdtemp(prefix="kefu-template-")) / "kefu.sqlite3"
         build = {**env, "DATABASE_URL": f"sqlite:///{template}"}
@@ -277,11 +278,9 @@ class LiveKefu:
                 subprocess.run(
                     [py, "manage.py", "import_faq", str(faq_path)], cwd=ROOT, env=full, check=True, capture_output=True
                 )
-        self.log = (
-            open(ROOT / ".pytest_cache" / f"daphne-{self.port}.log", "w")
-            if (ROOT / ".pytest_cache").exists()
-            else subprocess.DEVNULL
-        )
+        log_dir = Path(tempfile.mkdtemp(prefix="kefu-daphne-"))
+        self.log_path = log_dir / f"daphne-{self.port}.log"
+        self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [str(Path(py).parent / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
             cwd=ROOT,
@@ -299,18 +298,30 @@ class LiveKefu:
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + 180
+        last = "no answer"
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(self.base + "/healthz", timeout=2) as r:
                     if r.status == 200:
                         self.health = json.loads(r.read())
                         return
-            except OSError:
-                pass
+            except urllib.error.HTTPError as e:  # 503 while loading: its body says what is not ok
+                last = e.read().decode(errors="replace")
+            except OSError as e:
+                last = f"{type(e).__name__}: {e}"
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daphne exited with {self.proc.returncode}")
+                raise RuntimeError(f"daphne exited with {self.proc.returncode}; its log ends:\n{self._log_tail()}")
             time.sleep(0.3)
-        raise RuntimeError("kefu did not become healthy in 180 s")
+        raise RuntimeError(
+            f"kefu did not become healthy in 180 s; /healthz said {last}; its log ends:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of this server's output (for a failure's message)."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as e:
+            return f"(unreadable: {e})"
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -318,6 +329,7 @@ class LiveKefu:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        self.log.close()
 
 
 @pytest.fixture

@@ -32,9 +32,31 @@ def test_warm_up_loads_each_configured_tiers_tokenizer_and_reports_ok(
 
 
 def test_a_failed_warm_up_is_reported_with_its_error(fresh_warmup: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
     def boom() -> None:
+        calls.append(1)
         raise RuntimeError("tokenizer tables missing")
 
     monkeypatch.setattr(warmup, "warm", boom)
+    monkeypatch.setattr(warmup, "RETRY_DELAYS_S", (0.01, 0.01))
     warmup.start()
     assert warmup.wait(30) == "error: RuntimeError: tokenizer tables missing"
+    assert len(calls) == 3  # tried again after each pause, then reported
+
+
+def test_a_warm_up_that_fails_once_is_tried_again_and_reports_ok(
+    fresh_warmup: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+
+    def flaky() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TimeoutError("GET /models timed out")
+
+    monkeypatch.setattr(warmup, "warm", flaky)
+    monkeypatch.setattr(warmup, "RETRY_DELAYS_S", (0.01, 0.01))
+    warmup.start()
+    assert warmup.wait(30) == "ok"
+    assert len(calls) == 2

@@ -339,31 +339,38 @@ def is_blank(text: str) -> bool:
 MAX_ATTACHMENTS = 10
 
 
+def _short_strings(content: dict[str, Any], key: str, limit: int, what: str) -> list[str]:
+    """``content[key]``: absent (``[]``) or a list of at most ``limit`` strings of 1-64
+    characters (ids, SKUs). Raises ``ProtocolError("invalid")`` naming ``what`` otherwise."""
+    values = content.get(key)
+    if values is None:
+        return []
+    if (
+        not isinstance(values, list)
+        or len(values) > limit
+        or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values)
+    ):
+        client_id = content.get("client_id")
+        raise ProtocolError(
+            "invalid",
+            f"{key} must be a list of at most {limit} {what}",
+            client_id if isinstance(client_id, str) else None,
+        )
+    return list(values)
+
+
 def validate_message_files(content: dict[str, Any], *, max_chars: int) -> tuple[str, str, list[str]]:
     """Check a client ``message`` frame that may carry files (issue 33): ``attachments``, a list
     of at most :data:`MAX_ATTACHMENTS` attachment ids (strings), optional; with one at least,
     ``text`` may be empty or blank (a photo alone). Returns ``(client_id, text, ids)``. Raises
     like :func:`validate_message`, and ``ProtocolError("invalid")`` for a bad ``attachments``."""
-    ids = content.get("attachments")
-    if ids is None:
-        ids = []
-    if (
-        not isinstance(ids, list)
-        or len(ids) > MAX_ATTACHMENTS
-        or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids)
-    ):
-        client_id = content.get("client_id")
-        raise ProtocolError(
-            "invalid",
-            f"attachments must be a list of at most {MAX_ATTACHMENTS} attachment ids",
-            client_id if isinstance(client_id, str) else None,
-        )
+    ids = _short_strings(content, "attachments", MAX_ATTACHMENTS, "attachment ids")
     text = content.get("text", "")
     if ids and isinstance(text, str) and is_blank(text):  # a photo alone (is_blank("") is True)
         client_id, _ = validate_message({**content, "text": "."}, max_chars=max_chars)
-        return client_id, "", list(ids)
+        return client_id, "", ids
     client_id, text = validate_message(content, max_chars=max_chars)
-    return client_id, text, list(ids)
+    return client_id, text, ids
 
 
 #: Most product cards an agent's message may carry (``routing.types.MAX_CARDS``).
@@ -374,21 +381,7 @@ def validate_cards(content: dict[str, Any]) -> list[str]:
     """The product SKUs of an agent's ``message`` frame (``cards``, optional: a list of at most
     :data:`MAX_MESSAGE_CARDS` SKU strings of 1-64 characters; issue 36), duplicates dropped.
     Raises ``ProtocolError("invalid")`` for anything else."""
-    skus = content.get("cards")
-    if skus is None:
-        return []
-    if (
-        not isinstance(skus, list)
-        or len(skus) > MAX_MESSAGE_CARDS
-        or not all(isinstance(s, str) and 0 < len(s) <= 64 for s in skus)
-    ):
-        client_id = content.get("client_id")
-        raise ProtocolError(
-            "invalid",
-            f"cards must be a list of at most {MAX_MESSAGE_CARDS} product SKUs",
-            client_id if isinstance(client_id, str) else None,
-        )
-    return list(dict.fromkeys(skus))
+    return list(dict.fromkeys(_short_strings(content, "cards", MAX_MESSAGE_CARDS, "product SKUs")))
 
 
 def validate_message(content: dict[str, Any], *, max_chars: int) -> tuple[str, str]:

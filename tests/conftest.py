@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 import pytest
 from channels.testing import WebsocketCommunicator
 
+from tests.processes import manage
+
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -215,6 +217,13 @@ def free_port() -> int:
     return port
 
 
+def _migrate_and_import(env: dict[str, str], faq_path: Path | None) -> None:
+    """``manage.py migrate``, then ``import_faq faq_path`` (when given), on ``env``'s database."""
+    manage(env, "migrate", "--noinput")
+    if faq_path is not None:
+        manage(env, "import_faq", str(faq_path))
+
+
 #: This test process's migrated SQLite files with an FAQ imported, by the FAQ file's bytes.
 _sqlite_templates: dict[bytes, Path] = {}
 
@@ -236,17 +245,7 @@ def _from_sqlite_template(env: dict[str, str], faq_path: Path | None) -> bool:
         import sqlite3
 
         template = Path(tempfile.mkdtemp(prefix="kefu-template-")) / "kefu.sqlite3"
-        build = {**env, "DATABASE_URL": f"sqlite:///{template}"}
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=build, check=True, capture_output=True
-        )
-        subprocess.run(
-            [sys.executable, "manage.py", "import_faq", str(faq_path)],
-            cwd=ROOT,
-            env=build,
-            check=True,
-            capture_output=True,
-        )
+        _migrate_and_import({**env, "DATABASE_URL": f"sqlite:///{template}"}, faq_path)
         with sqlite3.connect(template) as db:  # everything in the main file: copying it is enough
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         _sqlite_templates[faq] = template
@@ -271,13 +270,7 @@ class LiveKefu:
         self.env = full
         py = sys.executable
         if not _from_sqlite_template(full, faq_path):
-            subprocess.run(
-                [py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=full, check=True, capture_output=True
-            )
-            if faq_path is not None:
-                subprocess.run(
-                    [py, "manage.py", "import_faq", str(faq_path)], cwd=ROOT, env=full, check=True, capture_output=True
-                )
+            _migrate_and_import(full, faq_path)
         log_dir = Path(tempfile.mkdtemp(prefix="kefu-daphne-"))
         self.log_path = log_dir / f"daphne-{self.port}.log"
         self.log = open(self.log_path, "w")
